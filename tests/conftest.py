@@ -1,0 +1,20 @@
+"""Shared fixtures: the spec's test vectors, and a private Mosquitto per test session."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared"
+VECTORS_PATH = SHARED / "spec" / "protocol-vectors.json"
+# A copy travels with the repo so the tests run where ../shared is absent.
+LOCAL_VECTORS = pathlib.Path(__file__).resolve().parent / "data" / "protocol-vectors.json"
+
+
+@pytest.fixture(scope="session")
+def vectors() -> dict:
+    path = VECTORS_PATH if VECTORS_PATH.exists() else LOCAL_VECTORS
+    return json.loads(path.read_text())
