@@ -256,9 +256,12 @@ def test_lossy_line_delivers_every_frame_once_in_order_across_wrap(seed: int) ->
                 got.append(e.message.card_index)
                 host.ack(e.seq)
         for e in events(device):
-            if isinstance(e, MessageReceived) and isinstance(e.message, SetIndicator):
-                if not settings_got or settings_got[-1] != e.message.pattern:
-                    settings_got.append(e.message.pattern)
+            if (
+                isinstance(e, MessageReceived)
+                and isinstance(e.message, SetIndicator)
+                and (not settings_got or settings_got[-1] != e.message.pattern)
+            ):
+                settings_got.append(e.message.pattern)
         to_device.write(host.data_to_send(), now)
         to_host.write(device.data_to_send(), now)
     assert got == list(range(total))
