@@ -1,0 +1,144 @@
+"""Event models of mqtt-api.md section 2: one pydantic model per event type.
+
+Every event carries `schema_version`, `event_id`, `seq`, `type`, `ts`, `table_id`,
+`shoe_id` and `hand_no`. Consumers ignore fields they do not know; we only add.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+CardPosition = Literal[
+    "commencement", "commencement_burn", "burn", "P1", "P2", "P3", "B1", "B2", "B3",
+    "unnecessary", "after_shoe_end", "without_shoe",
+]
+
+
+class EventBase(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_version: Literal[1] = 1
+    event_id: str
+    seq: int
+    ts: str
+    table_id: str
+    shoe_id: str | None
+    hand_no: int | None
+
+
+class ShoeStarted(EventBase):
+    type: Literal["shoe_started"] = "shoe_started"
+    decks: int
+    table_type: str
+    unnecessary_cards: str
+    betting_control: str
+    trigger: Literal["shoe_loaded", "new_shoe"]
+
+
+class Commencement(EventBase):
+    type: Literal["commencement"] = "commencement"
+    card: str | None
+    burn_count: int | None
+    card_index: int
+
+
+class CardEvent(EventBase):
+    type: Literal["card"] = "card"
+    drawn_at: str
+    position: CardPosition | None
+    card: str | None
+    card_index: int | None
+    device_card_index: int | None
+    pull_id: int | None
+    source: Literal["shoe", "manual"]
+    exposed_during_betting: bool = False
+    read: Literal["read", "unread", "foreign", "manual"] = "read"
+    uid: str | None = None
+    voided: bool = False
+
+
+class BettingClosed(EventBase):
+    type: Literal["betting_closed"] = "betting_closed"
+
+
+class HandResultEvent(EventBase):
+    type: Literal["hand_result"] = "hand_result"
+    player_cards: list[str]
+    banker_cards: list[str]
+    player_total: int
+    banker_total: int
+    winner: Literal["player", "banker", "tie"]
+    player_natural: bool
+    banker_natural: bool
+    player_pair: bool
+    banker_pair: bool
+    cards_dealt: int
+    big_small: Literal["big", "small"]
+    banker_six: bool
+    payouts: dict[str, float]
+    card_indexes: list[int]
+
+
+class HandVoided(EventBase):
+    type: Literal["hand_voided"] = "hand_voided"
+    reason: str
+    operator: str | None
+    result_withdrawn: bool
+
+
+class LastHand(EventBase):
+    type: Literal["last_hand"] = "last_hand"
+    reason: Literal["cut_card", "end_shoe"]
+
+
+class ShoeEnded(EventBase):
+    type: Literal["shoe_ended"] = "shoe_ended"
+    hands_played: int
+    hands_voided: int
+
+
+class ShoeVoided(EventBase):
+    type: Literal["shoe_voided"] = "shoe_voided"
+    reason: Literal["supervisor", "unnecessary_cards", "replaced"]
+    operator: str | None
+
+
+class Procedure(EventBase):
+    type: Literal["procedure"] = "procedure"
+    rule: str
+    action: str
+    cards: list[dict[str, Any]]
+    detail: str | None = None
+
+
+class Alarm(EventBase):
+    type: Literal["alarm"] = "alarm"
+    alarm_id: str
+    code: str
+    active: bool
+    message: str
+    card_index: int | None = None
+    fault_code: int | None = None
+    momentary: bool = False
+
+
+class SupervisorAction(EventBase):
+    type: Literal["supervisor_action"] = "supervisor_action"
+    command: str
+    operator: str
+    request_id: str
+    detail: dict[str, Any] = Field(default_factory=dict)
+
+
+Event = Annotated[
+    ShoeStarted | Commencement | CardEvent | BettingClosed | HandResultEvent | HandVoided
+    | LastHand | ShoeEnded | ShoeVoided | Procedure | Alarm | SupervisorAction,
+    Field(discriminator="type"),
+]
+EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+EVENT_TYPES = (
+    ShoeStarted, Commencement, CardEvent, BettingClosed, HandResultEvent, HandVoided,
+    LastHand, ShoeEnded, ShoeVoided, Procedure, Alarm, SupervisorAction,
+)

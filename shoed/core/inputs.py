@@ -1,0 +1,97 @@
+"""Inputs of the dealing engine: decoded device frames and validated commands.
+
+Each input carries `at`, the host's wall-clock time (epoch seconds) when it was taken:
+the engine has no clock of its own, so replaying the same inputs gives the same events.
+Inputs are pydantic models so the journal can store and replay them as JSON.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from .commands import Command
+
+
+class InputBase(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    at: float
+
+
+class DeviceHello(InputBase):
+    kind: Literal["hello"] = "hello"
+    boot_id: int
+    capabilities: int
+    fw_version: str
+    serial_no: str
+
+
+class DeviceShoeLoaded(InputBase):
+    kind: Literal["shoe_loaded"] = "shoe_loaded"
+
+
+class DeviceItem(InputBase):
+    """One item of a pull. Pull fields are None when the payload could not be read."""
+
+    kind: Literal["item"] = "item"
+    item: Literal["card", "unread", "cut"]
+    pull_id: int | None
+    pull_pos: int | None
+    pull_size: int | None
+    device_card_index: int | None = None
+    card: str | None = None
+    status: Literal["read", "unread", "foreign"] = "read"
+    uid: str | None = None
+    problem: str | None = None  # bad_payload: why the item counts as unread / incomplete
+
+
+class DeviceFault(InputBase):
+    kind: Literal["fault"] = "fault"
+    code: int
+    active: bool
+
+
+class DeviceGap(InputBase):
+    """Frames lost within one device boot (a seq gap): alarm cards_lost and a hold."""
+
+    kind: Literal["gap"] = "gap"
+    lost: int
+
+
+class DeviceLink(InputBase):
+    kind: Literal["link"] = "link"
+    connected: bool
+
+
+class Notice(InputBase):
+    """A momentary protocol alarm: bad_payload or protocol_mismatch."""
+
+    kind: Literal["notice"] = "notice"
+    code: Literal["bad_payload", "protocol_mismatch"]
+    message: str
+
+
+class StorageStatus(InputBase):
+    kind: Literal["storage"] = "storage"
+    ok: bool
+    message: str
+
+
+class Tick(InputBase):
+    """Time passed: lets the 3 s incomplete-pull timeout fire."""
+
+    kind: Literal["tick"] = "tick"
+
+
+class CommandInput(InputBase):
+    kind: Literal["command"] = "command"
+    command: Command
+
+
+Input = Annotated[
+    DeviceHello | DeviceShoeLoaded | DeviceItem | DeviceFault | DeviceGap | DeviceLink
+    | Notice | StorageStatus | Tick | CommandInput,
+    Field(discriminator="kind"),
+]
+INPUT_ADAPTER: TypeAdapter[Input] = TypeAdapter(Input)
