@@ -7,11 +7,11 @@ import random
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from table import CUT, Table
 
 from shoed.core.cards import ALL_CARDS, commencement_count
 from shoed.core.engine import Engine
 from shoed.core.game import evaluate, next_needed
-from table import CUT, Table
 
 
 def deal_shoe(

@@ -905,6 +905,7 @@ class Engine:
     def _resolve(self, hand: HandState) -> None:
         shoe = self.s.shoe
         assert shoe is not None
+        self._sync_alarms()  # the hold's alarm clears before the result it releases
         positions = self._positions(hand)
         dealt = [c for c, p in zip(hand.cards, positions, strict=True) if p in PB_POSITIONS]
         surplus = [c for c, p in zip(hand.cards, positions, strict=True)

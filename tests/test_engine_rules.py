@@ -1,0 +1,510 @@
+"""One scenario (at least) per dealing rule, profile and mode: dealing-rules.md section 3."""
+
+from __future__ import annotations
+
+from table import CUT, UNREAD, Table
+
+from shoed.core.inputs import DeviceItem, DeviceLink, StorageStatus
+
+# A hand with no third card: P 2+5=7... player 7 stands, banker 0+6=6 stands -> player.
+STAND_HAND = ["2S", "TH", "5D", "6C"]
+# Natural: player 4+5=9.
+NATURAL_HAND = ["4S", "3H", "5D", "4C"]
+
+
+def ready(mode: str = "none", **config: object) -> Table:
+    table = Table(betting_control=mode, **config)
+    table.hello()
+    table.commence("AS", ["2C"])  # first card A: one burn
+    return table
+
+
+def positions(table: Table, mark: int = 0) -> list[tuple[str | None, str | None]]:
+    return [(e.position, e.card) for e in table.of("card", mark)]
+
+
+# -- rule 1: new shoe ------------------------------------------------------------------
+
+def test_shoe_loaded_starts_and_in_play_alarms() -> None:
+    table = Table(betting_control="none")
+    table.load()
+    assert table.types() == ["shoe_started"]
+    table.load()  # before its first card it belongs to that shoe
+    assert table.types() == ["shoe_started"]
+    table.draw("3S")
+    m = table.mark()
+    table.load()
+    (alarm,) = table.of("alarm", m)
+    assert alarm.code == "shoe_loaded_in_play" and alarm.momentary
+
+
+def test_new_shoe_refused_in_play_and_forced() -> None:
+    table = ready()
+    out = table.cmd("new_shoe")
+    assert not out.ok and out.error is not None and out.error.code == "shoe_in_play"
+    m = table.mark()
+    out = table.cmd("new_shoe", force=True)
+    assert out.ok
+    assert table.types(m) == ["shoe_voided", "shoe_started", "supervisor_action"]
+    assert table.of("shoe_voided", m)[0].reason == "replaced"
+
+
+# -- rule 2: commencement ----------------------------------------------------------------
+
+def test_commencement_burns_by_first_card_value() -> None:
+    table = Table(betting_control="none")
+    table.load()
+    table.draw("KD")
+    (com,) = table.of("commencement")
+    assert (com.card, com.burn_count) == ("KD", 10)
+    for _ in range(10):
+        table.draw("3C")
+    assert table.state["shoe_state"] == "between_hands"
+    assert [p for p, _ in positions(table)] == ["commencement"] + ["commencement_burn"] * 10
+    assert [e.card_index for e in table.of("card")] == list(range(1, 12))
+
+
+def test_unread_commencement_card_waits_for_manual_entry() -> None:
+    table = Table(betting_control="none")
+    table.load()
+    table.draw(UNREAD)
+    table.draw("4C")
+    table.draw("4D")
+    (com,) = table.of("commencement")
+    assert (com.card, com.burn_count) == (None, None)
+    assert [p for p, _ in positions(table)] == ["commencement", None, None]
+    assert table.of("alarm")[0].code == "card_unread"
+    m = table.mark()
+    out = table.cmd("manual_card", card_index=1, card="2H")
+    assert out.ok
+    assert table.of("commencement", m)[0].burn_count == 2
+    assert [(e.position, e.card_index) for e in table.of("card", m)] == [
+        ("commencement", 1), ("commencement_burn", 2), ("commencement_burn", 3)]
+    assert table.state["shoe_state"] == "between_hands"
+    assert [a.active for a in table.of("alarm")] == [True, False]
+
+
+# -- rules 3, 4: a burn before every hand, hand 1 included --------------------------------
+
+def test_first_card_of_every_hand_is_its_burn() -> None:
+    table = ready()
+    for hand_no in (1, 2):
+        m = table.mark()
+        table.draw("9S")
+        for card in STAND_HAND:
+            table.draw(card)
+        assert [p for p, _ in positions(table, m)] == ["burn", "P1", "B1", "P2", "B2"]
+        (result,) = table.of("hand_result", m)
+        assert result.hand_no == hand_no and result.winner == "player"
+        assert result.payouts["player"] == 1.0 and result.payouts["small"] == 1.5
+
+
+# -- rule 5: betting control -------------------------------------------------------------
+
+def test_commands_mode_card_during_betting_becomes_burn() -> None:
+    table = ready("commands")
+    assert table.state["betting"] == "open"
+    m = table.mark()
+    table.draw("9S")
+    assert table.types(m) == ["procedure", "card"]
+    proc = table.of("procedure", m)[0]
+    assert (proc.rule, proc.action) == ("unnecessary_card", "next_burn")
+    assert positions(table, m) == [("burn", "9S")]
+    assert table.of("card", m)[0].hand_no == 1
+    assert table.state["next_hand"] == {"hand_no": 1, "burn": "9S", "P1": None,
+                                        "unnecessary_count": 1}
+    out = table.cmd("close_betting", hand_no=1)
+    assert out.ok
+    for card in STAND_HAND:
+        table.draw(card)
+    assert table.of("hand_result")[0].hand_no == 1
+
+
+def test_close_betting_refusals_and_repeat() -> None:
+    none = ready("none")
+    assert none.cmd("close_betting").error.code == "betting_control_none"  # type: ignore[union-attr]
+    table = Table(betting_control="commands")
+    table.load()
+    assert table.cmd("close_betting").error.code == "not_between_hands"  # type: ignore[union-attr]
+    table.draw("AS")
+    table.draw("2C")
+    assert table.cmd("close_betting", hand_no=5).error.code == "wrong_hand"  # type: ignore[union-attr]
+    assert table.cmd("close_betting", hand_no=1).ok
+    m = table.mark()
+    out = table.cmd("close_betting", hand_no=1)
+    assert out.ok and out.result["repeat"] is True
+    assert table.types(m) == ["supervisor_action"]
+    table.cmd("void_shoe", reason="test")
+    assert table.cmd("close_betting").error.code == "shoe_ended"  # type: ignore[union-attr]
+
+
+# -- rule 6: unnecessary cards -----------------------------------------------------------
+
+def test_burn_then_player_second_card_is_exposed_p1_third_voids() -> None:
+    table = ready("commands", unnecessary_cards="burn_then_player")
+    table.draw("9S")
+    m = table.mark()
+    table.draw("5H")
+    card = table.of("card", m)[0]
+    assert (card.position, card.exposed_during_betting, card.hand_no) == ("P1", True, 1)
+    assert table.of("alarm", m)[0].code == "card_exposed_during_betting"
+    assert table.of("procedure", m)[0].action == "next_player_first"
+    m = table.mark()
+    table.draw("6H")
+    assert table.of("procedure", m)[0].action == "shoe_voided"
+    assert table.of("shoe_voided", m)[0].reason == "unnecessary_cards"
+    assert table.state["shoe_state"] == "shoe_voided"
+
+
+def test_burn_then_void_second_card_voids_and_result_stands() -> None:
+    table = ready("none", unnecessary_cards="burn_then_void")
+    table.draw("9S")
+    # The last card of the hand and two surplus cards in one pull.
+    for card in STAND_HAND[:3]:
+        table.draw(card)
+    m = table.mark()
+    table.draw(STAND_HAND[3], "7D", "8D")
+    assert table.types(m)[:2] == ["procedure", "card"]  # multi_card_pull, then B2
+    assert table.of("hand_result", m)[0].winner == "player"
+    procs = [(p.rule, p.action) for p in table.of("procedure", m)]
+    assert procs == [("multi_card_pull", "reordered"), ("unnecessary_card", "next_burn"),
+                     ("unnecessary_card", "shoe_voided")]
+    assert table.state["shoe_state"] == "shoe_voided"
+    assert table.state["hands_played"] == 1
+
+
+def test_none_mode_surplus_of_completing_pull_becomes_next_burn() -> None:
+    table = ready("none")
+    table.draw("9S")
+    for card in STAND_HAND[:3]:
+        table.draw(card)
+    m = table.mark()
+    table.draw(STAND_HAND[3], "7D")
+    assert positions(table, m) == [("B2", "6C"), ("burn", "7D")]
+    assert table.of("card", m)[1].hand_no == 2
+    assert table.state["shoe_state"] == "dealing" and table.state["next_position"] == "P1"
+
+
+# -- rule 7: multi-card pulls ------------------------------------------------------------
+
+def test_multi_card_pull_upper_card_first_whatever_order_sent() -> None:
+    table = ready("none")
+    table.draw("9S")
+    m = table.mark()
+    table.draw("2S", "TH", "5D", order=[2, 0, 1])
+    assert positions(table, m) == [("P1", "2S"), ("B1", "TH"), ("P2", "5D")]
+    proc = table.of("procedure", m)[0]
+    assert (proc.rule, proc.action) == ("multi_card_pull", "reordered")
+    assert [c["card"] for c in proc.cards] == ["2S", "TH", "5D"]
+
+
+# -- rule 8: misorder ----------------------------------------------------------------------
+
+def test_report_misorder_records_and_result_unaffected() -> None:
+    table = ready()
+    table.draw("9S")
+    for card in STAND_HAND:
+        table.draw(card)
+    m = table.mark()
+    assert table.cmd("report_misorder", hand_no=1, detail="B1 on player spot").ok
+    proc = table.of("procedure", m)[0]
+    assert (proc.rule, proc.action, proc.hand_no) == ("misorder_reported", "recorded", 1)
+    assert table.cmd("report_misorder", hand_no=9, detail="x").error.code == "unknown_hand"  # type: ignore[union-attr]
+    recall = table.cmd("recall", hands=1).result["hands"][0]
+    assert recall["misorders"][0]["detail"] == "B1 on player spot"
+    assert recall["result"]["winner"] == "player"
+
+
+# -- rule 9: the cut card ----------------------------------------------------------------
+
+def test_cut_card_mid_hand_makes_it_the_last() -> None:
+    table = ready()
+    table.draw("9S")
+    table.draw(STAND_HAND[0])
+    m = table.mark()
+    table.draw(STAND_HAND[1], CUT)
+    assert table.of("last_hand", m)[0].hand_no == 1
+    for card in STAND_HAND[2:]:
+        table.draw(card)
+    assert table.types()[-2:] == ["hand_result", "shoe_ended"]
+    m = table.mark()
+    table.draw("QS")
+    assert positions(table, m) == [("after_shoe_end", "QS")]
+    assert table.of("procedure", m)[0].rule == "card_after_shoe_end"
+
+
+def test_cut_card_between_hands_commands_mode_unnecessary_become_after_end() -> None:
+    table = ready("commands")
+    table.cmd("close_betting")
+    table.draw("9S")
+    for card in STAND_HAND:
+        table.draw(card)
+    table.draw("8S")  # unnecessary: next burn
+    m = table.mark()
+    table.draw(CUT)
+    assert table.types(m) == ["last_hand", "shoe_ended", "card", "procedure"]
+    assert table.of("last_hand", m)[0].hand_no == 1
+    assert positions(table, m) == [("after_shoe_end", "8S")]
+
+
+def test_cut_card_in_commencement_and_second_cut_card() -> None:
+    table = Table(betting_control="none")
+    table.load()
+    table.draw("3S")
+    table.draw(CUT)
+    assert table.of("alarm")[0].code == "cut_card_in_commencement"
+    table2 = ready()
+    table2.draw("9S")
+    table2.draw(CUT)
+    m = table2.mark()
+    table2.draw(CUT)
+    assert table2.of("procedure", m)[0].rule == "cut_card_ignored"
+
+
+def test_card_without_shoe() -> None:
+    table = Table(betting_control="none")
+    table.draw("5S")
+    (card,) = table.of("card")
+    assert (card.position, card.card_index, card.shoe_id) == ("without_shoe", None, None)
+    assert table.of("procedure")[0].rule == "card_without_shoe"
+
+
+def test_cut_card_command_for_shoes_without_sensor() -> None:
+    table = Table(betting_control="none")
+    assert table.cmd("cut_card").error.code == "no_shoe"  # type: ignore[union-attr]
+    table = ready()
+    assert table.cmd("cut_card").ok
+    assert table.types()[-3:] == ["last_hand", "shoe_ended", "supervisor_action"]
+
+
+# -- rule 10: holds ------------------------------------------------------------------------
+
+def test_unread_card_holds_and_pending_cards_wait() -> None:
+    table = ready()
+    table.draw("9S")
+    table.draw("2S")
+    table.draw(UNREAD)  # B1 unread
+    assert table.state["shoe_state"] == "held"
+    assert table.state["hold"]["reasons"] == ["card_unread"]
+    table.draw("5D")  # P2: determined
+    table.draw("6C")  # B2: determined
+    table.draw("3H")  # a third card? depends on B1: pending
+    assert positions(table)[-3:] == [("P2", "5D"), ("B2", "6C"), (None, "3H")]
+    assert table.cmd("resume").error.code == "card_unknown"  # type: ignore[union-attr]
+    m = table.mark()
+    assert table.cmd("manual_card", card_index=5, card="TH").ok
+    # B1 = T: player 7 stands, banker 6 stands -> 3H is surplus -> next burn.
+    assert table.of("hand_result", m)[0].banker_cards == ["TH", "6C"]
+    assert ("burn", "3H") in positions(table, m)
+    alarms = [(a.code, a.active) for a in table.of("alarm")]
+    assert alarms == [("card_unread", True), ("card_unread", False)]
+
+
+def test_unread_burn_needs_no_entry() -> None:
+    table = ready()
+    table.draw(UNREAD)
+    for card in STAND_HAND:
+        table.draw(card)
+    assert table.of("hand_result")[0].winner == "player"
+    assert not table.of("alarm")
+
+
+def test_cards_lost_between_hands_holds_next_hand_until_resume() -> None:
+    table = ready()
+    table.gap(1)
+    assert table.of("alarm")[0].code == "cards_lost"
+    table.draw("9S")
+    for card in STAND_HAND:
+        table.draw(card)
+    assert not table.of("hand_result") and table.state["shoe_state"] == "held"
+    m = table.mark()
+    assert table.cmd("resume").ok
+    assert table.types(m)[:2] == ["alarm", "hand_result"]
+
+
+def test_incomplete_pull_timeout_and_jam_pause() -> None:
+    table = ready()
+    table.draw("9S")
+    table.draw("2S", "TH", order=[1])  # only the lower card arrives
+    table.fault(2, True)  # card jam: the 3 s do not run
+    table.tick(10)
+    assert not [a for a in table.of("alarm") if a.code == "incomplete_pull"]
+    table.fault(2, False)
+    table.tick(2.4)  # 0.5 s before the jam + 2.4 s after it: 2.9 s
+    assert not [a for a in table.of("alarm") if a.code == "incomplete_pull"]
+    table.tick(0.2)
+    assert [a.code for a in table.of("alarm") if a.active][-1] == "incomplete_pull"
+    assert positions(table)[-1] == ("P1", "TH")
+    assert table.state["hold"]["reasons"] == ["incomplete_pull"]
+
+
+def test_incomplete_pull_when_another_pull_starts() -> None:
+    table = ready()
+    table.draw("9S")
+    table.draw("2S", "TH", order=[1])
+    m = table.mark()
+    table.draw("5D")
+    assert [a.code for a in table.of("alarm", m)] == ["incomplete_pull"]
+    assert positions(table, m) == [("P1", "TH"), ("B1", "5D")]
+
+
+def test_device_reboot_mid_hand_holds() -> None:
+    table = ready()
+    table.draw("9S")
+    table.draw("2S")
+    m = table.mark()
+    table.hello(boot_id=2)
+    assert [a.code for a in table.of("alarm", m)] == ["device_rebooted"]
+    assert table.state["hold"]["reasons"] == ["device_rebooted"]
+    assert table.cmd("resume").ok and table.state["hold"] is None
+
+
+def test_cover_open_during_hand_holds_until_resume() -> None:
+    table = ready()
+    table.draw("9S")
+    table.fault(3, True)
+    table.fault(3, False)
+    assert table.state["hold"]["reasons"] == ["cover_open"]
+    for card in STAND_HAND:
+        table.draw(card)
+    assert not table.of("hand_result")
+    table.cmd("resume")
+    assert table.of("hand_result")
+
+
+def test_void_hand_on_held_hand_then_next_burn() -> None:
+    table = ready()
+    table.draw("9S")
+    table.draw(UNREAD)
+    m = table.mark()
+    assert table.cmd("void_hand", hand_no=1, reason="unreadable").ok
+    voided = table.of("hand_voided", m)[0]
+    assert (voided.reason, voided.operator, voided.result_withdrawn) == (
+        "unreadable", "sup1", False)
+    assert [(a.code, a.active) for a in table.of("alarm", m)] == [("card_unread", False)]
+    m = table.mark()
+    table.draw("4S")
+    assert positions(table, m) == [("burn", "4S")] and table.of("card", m)[0].hand_no == 2
+
+
+# -- rule 11: card integrity -----------------------------------------------------------------
+
+def test_excess_card_in_hand_holds_until_resume() -> None:
+    table = ready(decks=1)
+    table.draw("9S")
+    table.draw("2S")
+    table.draw("2C")  # the second 2C of a one-deck shoe (the burn was 2C)
+    assert table.state["hold"]["reasons"] == ["excess_card"]
+    assert table.cmd("resume").ok
+    assert table.state["hold"] is None
+
+
+def test_foreign_card_holds_until_manual_entry_and_burn_foreign_only_alarms() -> None:
+    table = ready()
+    table.draw("04AABBCC", foreign=True)  # foreign burn: alarm, no hold
+    assert table.of("alarm")[0].code == "foreign_card" and table.of("alarm")[0].momentary
+    table.draw("04DDEEFF", foreign=True)  # P1 foreign: hold
+    assert table.state["hold"]["reasons"] == ["foreign_card"]
+    assert table.cmd("resume").error.code == "card_unknown"  # type: ignore[union-attr]
+    assert table.cmd("manual_card", card_index=4, card="2S").ok
+    assert table.state["hold"] is None
+
+
+def test_duplicate_uid() -> None:
+    table = ready()
+    table.draw("9S")
+    for uid, card in (("AA01", "2S"), ("AA01", "TH")):
+        table.feed(DeviceItem(at=table.now(), item="card", pull_id=900 + len(card), pull_pos=1,
+                              pull_size=1, card=card, uid=uid))
+    assert table.state["hold"]["reasons"] == ["duplicate_uid"]
+
+
+# -- rule 12: supervisor decisions ------------------------------------------------------------
+
+def test_void_resolved_hand_withdraws_result_once() -> None:
+    table = ready()
+    table.draw("9S")
+    for card in STAND_HAND:
+        table.draw(card)
+    m = table.mark()
+    assert table.cmd("void_hand", hand_no=1, reason="missed burn").ok
+    assert table.of("hand_voided", m)[0].result_withdrawn is True
+    assert table.state["hands_played"] == 0 and table.state["hands_voided"] == 1
+    assert table.cmd("void_hand", hand_no=1, reason="x").error.code == "already_voided"  # type: ignore[union-attr]
+    assert table.cmd("void_hand", hand_no=7, reason="x").error.code == "unknown_hand"  # type: ignore[union-attr]
+
+
+def test_void_shoe_and_end_shoe() -> None:
+    table = ready()
+    table.draw("9S")
+    m = table.mark()
+    assert table.cmd("end_shoe").ok
+    assert table.of("last_hand", m)[0].reason == "end_shoe"
+    assert table.cmd("end_shoe").ok  # a repeat answers ok
+    for card in STAND_HAND:
+        table.draw(card)
+    assert table.types()[-2:] == ["hand_result", "shoe_ended"]
+    assert table.cmd("void_shoe", reason="x").error.code == "no_shoe"  # type: ignore[union-attr]
+    other = ready()
+    other.draw("9S")
+    m = other.mark()
+    assert other.cmd("void_shoe", reason="marked cards").ok
+    assert other.types(m) == ["hand_voided", "shoe_voided", "supervisor_action"]
+
+
+def test_realign_voids_interrupted_hand_and_deals_on() -> None:
+    table = ready()
+    table.draw("9S")  # burn, index 3
+    table.draw("2S")  # P1, index 4 -- the dealer says this was really the burn
+    m = table.mark()
+    assert table.cmd("realign", card_index=4, position="burn").ok
+    assert table.of("hand_voided", m)[0].hand_no == 1
+    assert positions(table, m)[0] == ("burn", "2S")
+    assert table.of("card", m)[0].hand_no == 2
+    for card in STAND_HAND:
+        table.draw(card)
+    assert table.of("hand_result")[0].hand_no == 2
+    assert table.cmd("realign", card_index=4, position="P1").error.code == "hand_resolved"  # type: ignore[union-attr]
+
+
+# -- rules 13, 14: faults, storage, gate and indicator --------------------------------------
+
+def test_faults_device_lost_and_storage() -> None:
+    table = ready()
+    table.fault(4, True)
+    table.fault(4, False)
+    faults = [(a.code, a.fault_code, a.active) for a in table.of("alarm")]
+    assert faults == [("device_fault", 4, True), ("device_fault", 4, False)]
+    table.feed(DeviceLink(at=table.now(), connected=False))
+    assert table.state["alarms"][0]["code"] == "device_lost"
+    table.feed(DeviceLink(at=table.now(), connected=True))
+    assert table.state["alarms"] == []
+    table.feed(StorageStatus(at=table.now(), ok=False, message="disk full"))
+    assert table.cmd("end_shoe").error.code == "storage_failed"  # type: ignore[union-attr]
+    assert table.state["gate_locked"] is True
+
+
+def test_gate_and_indicator_requests() -> None:
+    table = Table(betting_control="commands")
+    table.hello()
+    table.commence("AS", ["2C"])
+    gate = [r.value for r in table.requests if r.kind == "gate"]
+    assert gate[-1] == 1  # locked while betting is open
+    table.requests.clear()
+    table.cmd("close_betting")
+    assert [(r.kind, r.value) for r in table.requests] == [("gate", 0)]  # indicator: burn
+    table.requests.clear()
+    table.draw("9S")
+    assert [(r.kind, r.value) for r in table.requests] == [("indicator", 2)]  # player next
+    table.requests.clear()
+    table.hello()  # re-sent after every HELLO
+    assert [(r.kind, r.value) for r in table.requests] == [("gate", 0), ("indicator", 2)]
+
+
+def test_refused_command_changes_nothing() -> None:
+    table = ready()
+    before = table.engine.snapshot()
+    out = table.cmd("manual_card", card_index=99, card="ZZ")
+    assert out.error is not None and out.error.code == "bad_card"
+    assert "expected a rank" in out.error.message
+    assert table.engine.snapshot() == before
