@@ -249,6 +249,12 @@ class Link:
         self._delivered = None
         self._control(Ack(seq))
 
+    def refuse(self, seq: int) -> None:
+        """Host role: frame `seq` could not be recorded. No ACK goes out, and its next
+        retransmission is delivered again (the device keeps the card meanwhile)."""
+        if self._delivered is not None and self._delivered.last_seq == seq:
+            self._delivered = None
+
     # --- timers -----------------------------------------------------------------
 
     def get_timer(self) -> float | None:

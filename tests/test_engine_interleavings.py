@@ -6,11 +6,11 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from table import CUT, UNREAD, Table
 
 from shoed.core.cards import ALL_CARDS
 from shoed.core.engine import Engine
 from shoed.core.inputs import DeviceLink, Notice, StorageStatus
-from table import CUT, UNREAD, Table
 
 STATES = {"no_shoe", "commencement", "between_hands", "dealing", "held", "shoe_ended",
           "shoe_voided"}

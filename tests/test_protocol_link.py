@@ -268,3 +268,16 @@ def test_lossy_line_delivers_every_frame_once_in_order_across_wrap(seed: int) ->
     # Host frames are idempotent: the device may execute a copy twice, never skip one.
     assert settings_got == [i % 6 for i in range(settings_sent)]
     assert host.stats["duplicates"] > 0 or device.stats["retransmits"] > 0
+
+
+def test_refused_frame_is_delivered_again_on_retransmission() -> None:
+    host = Link(Role.HOST, 0.0)
+    host.receive_data(wire(card(1), 3), 0.0)
+    assert len(events(host)) == 1
+    host.refuse(3)  # the journal could not store it: no ACK
+    assert host.data_to_send() == b""
+    host.receive_data(wire(card(1), 3), 0.25)
+    (again,) = events(host)
+    assert isinstance(again, MessageReceived) and again.seq == 3
+    host.ack(3)
+    assert frames_of(host.data_to_send()) == [(0x7E, 0, Ack(3))]

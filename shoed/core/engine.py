@@ -295,7 +295,7 @@ class Engine:
 
     def handle(self, inp: Input) -> Output:
         """Apply one input. Never raises; a refused command changes nothing."""
-        rollback = self._checkpoint(full=isinstance(inp, CommandInput))
+        rollback = self.checkpoint(full=isinstance(inp, CommandInput))
         self._out = Output()
         self._at = inp.at
         try:
@@ -316,7 +316,7 @@ class Engine:
             return self._out
         return self._out
 
-    def _checkpoint(self, full: bool) -> Callable[[], EngineState]:
+    def checkpoint(self, full: bool) -> Callable[[], EngineState]:
         """Something to roll back to, paid for mostly on failure (pickle bytes, loaded only
         then). Device inputs only append to `records`, so for them the finished-hand
         records are kept by reference rather than serialised (the hot path per card)."""

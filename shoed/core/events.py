@@ -20,6 +20,7 @@ class EventBase(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     schema_version: Literal[1] = 1
+    type: str
     event_id: str
     seq: int
     ts: str

@@ -1,0 +1,84 @@
+"""A private Mosquitto for the demo and the tests: started on a free loopback port."""
+
+from __future__ import annotations
+
+import contextlib
+import pathlib
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+
+
+class BrokerError(RuntimeError):
+    pass
+
+
+def mosquitto_binary() -> str:
+    found = shutil.which("mosquitto") or next(
+        (p for p in ("/usr/sbin/mosquitto", "/usr/local/sbin/mosquitto")
+         if pathlib.Path(p).exists()), None)
+    if found is None:
+        raise BrokerError("mosquitto is not installed (apt-get install mosquitto)")
+    return found
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def answers(host: str, port: int, timeout: float = 0.5) -> bool:
+    with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=timeout):
+        return True
+    return False
+
+
+class PrivateMosquitto:
+    """`mosquitto -c <conf>` on 127.0.0.1:<port>; stop(), start() again on the same port."""
+
+    def __init__(self, port: int | None = None, extra_config: str = "",
+                 directory: pathlib.Path | None = None) -> None:
+        self.port = port or free_port()
+        self.dir = directory or pathlib.Path(tempfile.mkdtemp(prefix="shoed-mosquitto-"))
+        self.extra_config = extra_config
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"mqtt://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 10.0) -> None:
+        conf = self.dir / "mosquitto.conf"
+        listener = "" if "listener" in self.extra_config else (
+            f"listener {self.port} 127.0.0.1\nallow_anonymous true\n")
+        conf.write_text(listener + "persistence false\nlog_dest stderr\n"
+                        "log_type error\nlog_type warning\n" + self.extra_config)
+        log = open(self.dir / "mosquitto.log", "ab")  # noqa: SIM115 - lives with the process
+        self.proc = subprocess.Popen([mosquitto_binary(), "-c", str(conf)], stdout=log,
+                                     stderr=log, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise BrokerError(f"mosquitto exited with {self.proc.returncode}: "
+                                  f"{(self.dir / 'mosquitto.log').read_text()[-500:]}")
+            if answers("127.0.0.1", self.port, 0.2):
+                return
+            time.sleep(0.05)
+        raise BrokerError(f"mosquitto did not answer on port {self.port} in {timeout} s")
+
+    def stop(self, kill: bool = False) -> None:
+        if self.proc is None:
+            return
+        if kill:
+            self.proc.kill()
+        else:
+            self.proc.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=5)
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None

@@ -1,0 +1,220 @@
+"""Configuration (mqtt-api.md section 5): one TOML file plus SHOED_<SECTION>__<KEY> overrides.
+
+Environment variables win over the file. Every error names the key and the bad value.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import pathlib
+import tomllib
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from .core.cards import parse_card
+from .core.errors import CardNotationError, ShoedError
+from .core.paytable import PayTable
+
+
+class ConfigError(ShoedError):
+    """A configuration that cannot be used; the message names the key and the value."""
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TableSection(Section):
+    id: str = Field(default="T01", min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
+    betting_control: Literal["commands", "none"] = "commands"
+
+
+class DeviceSection(Section):
+    transport: Literal["serial", "usb"] = "serial"
+    port: str = "/dev/shoe"
+    baudrate: int = Field(default=115200, ge=1200, le=4_000_000)
+    vid: int = Field(default=0x1209, ge=0, le=0xFFFF)
+    pid: int = Field(default=0xBAC0, ge=0, le=0xFFFF)
+    serial_no: str | None = None
+    reconnect_max_s: float = Field(default=5.0, gt=0, le=60)
+
+    @field_validator("vid", "pid", mode="before")
+    @classmethod
+    def _hex(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                return int(value, 0)
+            except ValueError as error:
+                raise ValueError(f"expected a number like 0x1209, got {value!r}") from error
+        return value
+
+
+class MqttSection(Section):
+    url: str = Field(default="mqtt://127.0.0.1:1883", pattern=r"^mqtts?://[^/:]+(:\d+)?/?$")
+    topic_prefix: str | None = None
+    username: str | None = None
+    password_file: pathlib.Path | None = None
+    ca_file: pathlib.Path | None = None
+    cert_file: pathlib.Path | None = None
+    key_file: pathlib.Path | None = None
+    client_id: str | None = None
+    protocol: Literal["5", "3.1.1"] = "5"
+    keepalive: int = Field(default=30, ge=5, le=600)
+    publish_timeout_s: float = Field(default=10.0, gt=0, le=120)
+
+    @property
+    def tls(self) -> bool:
+        return self.url.startswith("mqtts://")
+
+    @property
+    def host_port(self) -> tuple[str, int]:
+        rest = self.url.split("://", 1)[1].rstrip("/")
+        host, _, port = rest.partition(":")
+        return host, int(port) if port else (8883 if self.tls else 1883)
+
+
+class PayoutsSection(Section):
+    banker: float | None = Field(default=None, ge=0, le=100)
+    banker_six: float | None = Field(default=None, ge=0, le=100)
+    player: float = Field(default=1.0, ge=0, le=100)
+    tie: float = Field(default=8.0, ge=0, le=1000)
+    pair: float = Field(default=11.0, ge=0, le=1000)
+    big: float = Field(default=0.54, ge=0, le=100)
+    small: float = Field(default=1.5, ge=0, le=100)
+
+
+class RulesSection(Section):
+    decks: int = Field(default=8, ge=1, le=12)
+    table_type: Literal["commission", "super6"] = "commission"
+    unnecessary_cards: Literal["burn_then_player", "burn_then_void"] = "burn_then_player"
+    payouts: PayoutsSection = Field(default_factory=PayoutsSection)
+
+    def paytable(self) -> PayTable:
+        figures = self.payouts.model_dump(exclude_none=True)
+        return PayTable.default(self.table_type, **figures)
+
+
+class CardsSection(Section):
+    manifest: pathlib.Path | None = None
+    min_quality: int = Field(default=0, ge=0, le=100)
+
+
+class StateSection(Section):
+    dir: pathlib.Path = pathlib.Path("/var/lib/shoed")
+    retention_days: int = Field(default=30, ge=1, le=3650)
+    snapshot_every: int = Field(default=64, ge=1, le=100_000)
+
+
+class LogSection(Section):
+    format: Literal["auto", "json", "console"] = "auto"
+    level: Literal["debug", "info", "warning", "error"] = "info"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SHOED_", env_nested_delimiter="__",
+                                      extra="forbid")
+
+    table: TableSection = Field(default_factory=TableSection)
+    device: DeviceSection = Field(default_factory=DeviceSection)
+    mqtt: MqttSection = Field(default_factory=MqttSection)
+    rules: RulesSection = Field(default_factory=RulesSection)
+    cards: CardsSection = Field(default_factory=CardsSection)
+    state: StateSection = Field(default_factory=StateSection)
+    log: LogSection = Field(default_factory=LogSection)
+
+    @classmethod
+    def settings_customise_sources(
+        cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        toml_file = os.environ.get("_SHOED_CONFIG_FILE")
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        if toml_file:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml_file,
+                                                    deep_merge=True))
+        return tuple(sources)
+
+    @property
+    def topic_root(self) -> str:
+        return (self.mqtt.topic_prefix or f"shoed/{self.table.id}").rstrip("/")
+
+
+def _describe(error: ValidationError) -> str:
+    lines = []
+    for item in error.errors():
+        key = ".".join(str(p) for p in item["loc"])
+        shown = item.get("input")
+        value = "" if isinstance(shown, dict) else f" (got {shown!r})"
+        lines.append(f"{key}: {item['msg']}{value}")
+    return "; ".join(lines)
+
+
+def load_settings(path: str | os.PathLike[str] | None) -> Settings:
+    """Read the TOML file (if any) and the environment; raise ConfigError naming the key."""
+    if path is not None:
+        file = pathlib.Path(path)
+        if not file.is_file():
+            raise ConfigError(f"config file {file}: not found")
+        try:
+            tomllib.loads(file.read_text())
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+            raise ConfigError(f"config file {file}: not valid TOML: {error}") from error
+        os.environ["_SHOED_CONFIG_FILE"] = str(file)
+    else:
+        os.environ.pop("_SHOED_CONFIG_FILE", None)
+    try:
+        settings = Settings()
+    except ValidationError as error:
+        raise ConfigError(f"invalid configuration: {_describe(error)}") from error
+    finally:
+        os.environ.pop("_SHOED_CONFIG_FILE", None)
+    if settings.mqtt.password_file is not None and not settings.mqtt.password_file.is_file():
+        raise ConfigError(f"mqtt.password_file: {settings.mqtt.password_file} is not a file")
+    if settings.cards.manifest is not None:
+        load_manifest(settings.cards.manifest)
+    return settings
+
+
+def load_manifest(path: pathlib.Path) -> dict[str, str]:
+    """The RFID deck manifest: CSV `uid,card`; a UID listed twice makes it invalid."""
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise ConfigError(f"cards.manifest: cannot read {path}: {error.strerror}") from error
+    rows = list(csv.reader(text.splitlines()))
+    if not rows or [c.strip().lower() for c in rows[0]] != ["uid", "card"]:
+        raise ConfigError(f"cards.manifest {path}: expected the header 'uid,card', "
+                          f"got {','.join(rows[0]) if rows else 'an empty file'!r}")
+    manifest: dict[str, str] = {}
+    for line_no, row in enumerate(rows[1:], start=2):
+        if not row or not "".join(row).strip():
+            continue
+        if len(row) != 2:
+            raise ConfigError(f"cards.manifest {path} line {line_no}: expected 2 columns, "
+                              f"got {len(row)}")
+        uid = row[0].strip().upper()
+        try:
+            bytes.fromhex(uid)
+        except ValueError as error:
+            raise ConfigError(f"cards.manifest {path} line {line_no}: UID must be hex, "
+                              f"got {row[0]!r}") from error
+        if not 4 <= len(uid) // 2 <= 10:
+            raise ConfigError(f"cards.manifest {path} line {line_no}: UID must be 4..10 bytes, "
+                              f"got {len(uid) // 2}")
+        try:
+            card = parse_card(row[1])
+        except CardNotationError as error:
+            raise ConfigError(f"cards.manifest {path} line {line_no}: {error}") from error
+        if uid in manifest:
+            raise ConfigError(f"cards.manifest {path} line {line_no}: UID {uid} is listed twice")
+        manifest[uid] = card
+    return manifest

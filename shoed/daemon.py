@@ -1,0 +1,725 @@
+"""`shoed run`: the link, the engine, the journal and MQTT, wired together.
+
+The order of things for every frame from the shoe (spec section 3, durability rule):
+decode -> engine input(s) -> one journal transaction (input, events, dedup state) ->
+ACK. For every command: validate -> one transaction (input, events, answer) -> answer.
+Events leave the on-disk outbox only after the broker's PUBACK, so a dead broker, a
+kill -9 or a noisy line loses nothing and applies nothing twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import signal
+import ssl
+import time
+from collections.abc import Callable
+from typing import Any
+
+import aiomqtt
+
+from firmware_protocol import (
+    Card,
+    CardUnread,
+    CutCard,
+    DedupState,
+    Delivered,
+    Dropped,
+    Fault,
+    FrameRejected,
+    GetInfo,
+    Heartbeat,
+    Hello,
+    Link,
+    Malformed,
+    MessageReceived,
+    PeerAlive,
+    PeerLost,
+    ProtocolMismatch,
+    Role,
+    SetGate,
+    SetIndicator,
+    ShoeLoaded,
+)
+from firmware_protocol.messages import Capability, OpticalCode, RfidCode, UnidentifiedCode
+
+from . import __version__, logs
+from .clock import clock_synchronised
+from .config import Settings, load_manifest
+from .core.commands import Command, CommandRejection, Replay, parse_command
+from .core.engine import Engine, EngineConfig, Output
+from .core.inputs import (
+    INPUT_ADAPTER,
+    CommandInput,
+    DeviceFault,
+    DeviceGap,
+    DeviceHello,
+    DeviceItem,
+    DeviceLink,
+    DeviceShoeLoaded,
+    Input,
+    Notice,
+    StorageStatus,
+    Tick,
+)
+from .journal import Journal, StorageError
+from .sdnotify import Notifier
+from .transport import SerialTransport, Transport, TransportLost, UsbTransport
+
+PULL_TYPES = (Card.TYPE, CardUnread.TYPE, CutCard.TYPE)
+RETAINED_REFRESH_S = 2.0
+
+
+def message_to_inputs(message: Any, at: float, manifest: dict[str, str] | None,
+                      min_quality: int) -> list[Input]:
+    """Translate one decoded device message into engine inputs (maybe none)."""
+    if isinstance(message, Hello):
+        return [DeviceHello(at=at, boot_id=message.boot_id, capabilities=message.capabilities,
+                            fw_version=message.fw_version, serial_no=message.serial_no)]
+    if isinstance(message, ShoeLoaded):
+        return [DeviceShoeLoaded(at=at)]
+    if isinstance(message, Fault):
+        return [DeviceFault(at=at, code=message.code, active=bool(message.active))]
+    if isinstance(message, Card):
+        identity = message.identity
+        problem = message.payload_problem
+        base = {"at": at, "pull_id": message.pull_id, "pull_pos": message.pull_pos,
+                "pull_size": message.pull_size, "device_card_index": message.card_index,
+                "problem": problem}
+        if isinstance(identity, OpticalCode):
+            if message.quality < min_quality:
+                return [DeviceItem(item="unread", **base)]
+            return [DeviceItem(item="card", card=identity.notation, **base)]
+        if isinstance(identity, RfidCode):
+            card = (manifest or {}).get(identity.uid_hex)
+            if card is None:
+                return [DeviceItem(item="card", status="foreign", uid=identity.uid_hex, **base)]
+            if message.quality < min_quality:
+                return [DeviceItem(item="unread", uid=identity.uid_hex, **base)]
+            return [DeviceItem(item="card", card=card, uid=identity.uid_hex, **base)]
+        assert isinstance(identity, UnidentifiedCode)
+        return [DeviceItem(item="unread", **base)]
+    if isinstance(message, CardUnread):
+        return [DeviceItem(at=at, item="unread", pull_id=message.pull_id,
+                           pull_pos=message.pull_pos, pull_size=message.pull_size,
+                           device_card_index=message.card_index,
+                           problem=message.payload_problem)]
+    if isinstance(message, CutCard):
+        return [DeviceItem(at=at, item="cut", pull_id=message.pull_id, pull_pos=message.pull_pos,
+                           pull_size=message.pull_size, problem=message.payload_problem)]
+    if isinstance(message, Malformed):
+        problem = f"type 0x{message.type_code:02x}: {message.problem}"
+        if message.type_code in PULL_TYPES:
+            # Pull fields unreadable: an item left the shoe, the pull is incomplete.
+            item = "cut" if message.type_code == CutCard.TYPE else "unread"
+            return [DeviceItem(at=at, item=item, pull_id=None, pull_pos=None, pull_size=None,
+                               problem=problem)]
+        return [Notice(at=at, code="bad_payload", message=problem)]
+    return []  # HEARTBEAT: its content need not be kept
+
+
+class Daemon:
+    """One table's daemon. `transport_factory` lets tests hand in a simulated USB backend."""
+
+    def __init__(self, settings: Settings, *,
+                 transport_factory: Callable[[], Transport] | None = None,
+                 notifier: Notifier | None = None) -> None:
+        self.settings = settings
+        self.root = settings.topic_root
+        self.log = logs.get("shoed").bind(table=settings.table.id)
+        self.notifier = notifier or Notifier()
+        self._transport_factory = transport_factory or self._default_transport
+        self.manifest = (load_manifest(settings.cards.manifest)
+                         if settings.cards.manifest else None)
+        rules = settings.rules
+        self.engine_config = EngineConfig(
+            table_id=settings.table.id, decks=rules.decks, table_type=rules.table_type,
+            unnecessary_cards=rules.unnecessary_cards,
+            betting_control=settings.table.betting_control, paytable=rules.paytable())
+        self.journal: Journal | None = None
+        self.engine: Engine | None = None
+        self.link: Link | None = None
+        self.transport: Transport | None = None
+        self.device_connected = False
+        self.mqtt_connected = False
+        self.storage_ok = True
+        self.storage_error: str | None = None
+        self.storage_failed_at: float | None = None
+        self.last_seen: float | None = None
+        self._outbox_wake = asyncio.Event()
+        self._status_dirty = asyncio.Event()
+        self._timer_wake = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._accepting = True
+        self._inputs_since_snapshot = 0
+        self._client: aiomqtt.Client | None = None
+        self.ready = asyncio.Event()
+        self.stats: dict[str, int] = {"frames": 0, "published": 0, "commands": 0,
+                                      "storage_failures": 0}
+
+    # -- start-up ------------------------------------------------------------------------
+
+    def _default_transport(self) -> Transport:
+        device = self.settings.device
+        if device.transport == "usb":
+            return UsbTransport(device.vid, device.pid, serial_no=device.serial_no)
+        return SerialTransport(device.port, device.baudrate)
+
+    def restore(self) -> None:
+        """Open the journal and rebuild the engine and the link's duplicate detection."""
+        journal = Journal(self.settings.state.dir)
+        self.journal = journal
+        snapshot = journal.latest_snapshot()
+        if snapshot is None:
+            engine = Engine(self.engine_config, instance_id=journal.instance_id)
+            after = 0
+        else:
+            after, state = snapshot
+            engine = Engine.restore(self.engine_config, state)
+        replayed = 0
+        for _, body in journal.inputs_after(after):
+            engine.handle(INPUT_ADAPTER.validate_json(body))  # its events are journalled
+            replayed += 1
+        self.engine = engine
+        last_event = journal.event_range()[1]
+        if last_event and engine.seq != last_event:
+            self.log.error("journal_replay_mismatch", engine_seq=engine.seq,
+                           journal_seq=last_event)
+        boot = journal.meta("dedup_boot_id")
+        last = journal.meta("dedup_last_seq")
+        dedup = DedupState(int(boot) if boot else None, int(last) if last else None)
+        self.link = Link(Role.HOST, time.monotonic(), dedup=dedup)
+        self.log.info("journal_restored", path=str(journal.path), snapshot_input=after,
+                      replayed_inputs=replayed, seq=engine.seq,
+                      outbox=journal.outbox_depth(), dedup_boot_id=dedup.boot_id,
+                      dedup_last_seq=dedup.last_seq,
+                      shoe_state=engine.public_state()["shoe_state"])
+
+    # -- the durable step ----------------------------------------------------------------
+
+    def commit(self, inputs: list[Input], dedup: DedupState | None = None,
+               request_id: str | None = None) -> list[Output] | None:
+        """Apply inputs and make them durable in one transaction; None if storage failed.
+
+        On failure the engine is rolled back, so memory never runs ahead of the disk.
+        """
+        engine, journal = self.engine, self.journal
+        assert engine is not None
+        if journal is None or (not self.storage_ok and not self._storage_retry()):
+            return None
+        rollback = engine.checkpoint(full=request_id is not None)
+        outputs: list[Output] = []
+        try:
+            with journal.transaction():
+                for inp in inputs:
+                    input_id = journal.add_input(inp.at, inp.model_dump_json())
+                    out = engine.handle(inp)
+                    outputs.append(out)
+                    for event in out.events:
+                        journal.add_event(event.seq, event.event_id, event.type,
+                                          event.model_dump_json())
+                    self._inputs_since_snapshot += 1
+                    if request_id is not None:
+                        journal.add_response(request_id, self._answer(request_id, out))
+                if dedup is not None:
+                    journal.set_meta("dedup_boot_id", str(dedup.boot_id or ""))
+                    journal.set_meta("dedup_last_seq", "" if dedup.last_seq is None
+                                     else str(dedup.last_seq))
+                if inputs and self._inputs_since_snapshot >= self.settings.state.snapshot_every:
+                    journal.save_snapshot(input_id, engine.snapshot())
+                    self._inputs_since_snapshot = 0
+        except StorageError as error:
+            engine.s = rollback()
+            self._storage_failed(str(error))
+            return None
+        for out in outputs:
+            self._after_output(out)
+        return outputs
+
+    def _storage_failed(self, message: str) -> None:
+        if self.storage_ok:
+            self.stats["storage_failures"] += 1
+            self.storage_failed_at = time.time()
+            self.log.error("storage_failed", error=message,
+                           action="no ACK to the shoe, commands refused, gate locked")
+        self.storage_ok = False
+        self.storage_error = message
+        self._lock_gate_directly()
+        self._status_dirty.set()
+
+    def _storage_retry(self) -> bool:
+        """Storage was failing: try to journal the alarm's raise and clear now."""
+        assert self.engine is not None and self.journal is not None
+        at = self.storage_failed_at or time.time()
+        rollback = self.engine.checkpoint(full=False)
+        outputs = []
+        try:
+            with self.journal.transaction():
+                for inp in (StorageStatus(at=at, ok=False, message=self.storage_error or ""),
+                            StorageStatus(at=time.time(), ok=True, message="storage back")):
+                    self.journal.add_input(inp.at, inp.model_dump_json())
+                    out = self.engine.handle(inp)
+                    outputs.append(out)
+                    for event in out.events:
+                        self.journal.add_event(event.seq, event.event_id, event.type,
+                                               event.model_dump_json())
+        except StorageError:
+            self.engine.s = rollback()
+            return False
+        self.storage_ok = True
+        self.storage_error = None
+        self.log.warning("storage_recovered")
+        for out in outputs:
+            self._after_output(out)
+        self._status_dirty.set()
+        return True
+
+    def _after_output(self, out: Output) -> None:
+        for event in out.events:
+            self._log_event(event)
+        if out.events:
+            self._outbox_wake.set()
+        assert self.link is not None
+        for request in out.device:
+            message = SetGate(request.value) if request.kind == "gate" \
+                else SetIndicator(request.value)
+            self.link.send(message, time.monotonic(), coalesce=True)
+        self._flush()
+        self._timer_wake.set()
+
+    def _lock_gate_directly(self) -> None:
+        engine, link = self.engine, self.link
+        caps = engine.s.device.capabilities if engine else None
+        if link is not None and caps is not None and caps & Capability.EXIT_GATE:
+            link.send(SetGate(1), time.monotonic(), coalesce=True)
+            self._flush()
+
+    def _log_event(self, event: Any) -> None:
+        fields = event.model_dump(exclude={"schema_version", "table_id", "ts"})
+        level = "warning" if event.type == "alarm" and event.active else "info"
+        getattr(self.log, level)(f"event_{event.type}", **fields)
+
+    @staticmethod
+    def _answer(request_id: str | None, out: Output) -> dict[str, Any]:
+        error = None if out.error is None else {"code": out.error.code,
+                                                "message": out.error.message}
+        return {"request_id": request_id, "ok": bool(out.ok), "error": error,
+                "result": out.result if out.ok else None}
+
+    # -- the device side ------------------------------------------------------------------
+
+    def _flush(self) -> None:
+        link, transport = self.link, self.transport
+        if link is None:
+            return
+        data = link.data_to_send()
+        if data and transport is not None and self.device_connected:
+            transport.write(data)
+
+    def on_bytes(self, data: bytes) -> None:
+        """Bytes from the shoe: decode, journal, then ACK."""
+        link = self.link
+        assert link is not None
+        now = time.monotonic()
+        link.receive_data(data, now)
+        self._drain_link()
+        self._flush()
+
+    def _drain_link(self) -> None:
+        link = self.link
+        assert link is not None
+        while (event := link.next_event()) is not None:
+            if isinstance(event, MessageReceived):
+                self._on_frame(event)
+            elif isinstance(event, ProtocolMismatch):
+                self.log.warning("protocol_mismatch", detail=event.detail, seq=event.seq)
+                self.commit([Notice(at=time.time(), code="protocol_mismatch",
+                                    message=event.detail)], dedup=event.dedup_after)
+            elif isinstance(event, FrameRejected):
+                self.log.info("frame_rejected", reason=event.reason, detail=event.detail)
+            elif isinstance(event, PeerLost):
+                self.log.warning("device_silent", seconds=5)
+                self.commit([DeviceLink(at=time.time(), connected=False)])
+                self._status_dirty.set()
+            elif isinstance(event, PeerAlive):
+                self.commit([DeviceLink(at=time.time(), connected=True)])
+                self._status_dirty.set()
+            elif isinstance(event, Dropped):
+                self.log.warning("host_frame_dropped", message=repr(event.message))
+            elif isinstance(event, Delivered):
+                pass  # our GET_INFO / SET_GATE / SET_INDICATOR arrived
+
+    def _on_frame(self, event: MessageReceived) -> None:
+        link = self.link
+        assert link is not None
+        message = event.message
+        self.stats["frames"] += 1
+        self.last_seen = time.time()
+        if not self._accepting:
+            link.refuse(event.seq)  # stopping: the shoe keeps it for the next start
+            return
+        at = time.time()
+        inputs: list[Input] = []
+        if event.gap:
+            self.log.warning("cards_lost", lost=event.gap, seq=event.seq)
+            inputs.append(DeviceGap(at=at, lost=event.gap))
+        inputs += message_to_inputs(message, at, self.manifest, self.settings.cards.min_quality)
+        if isinstance(message, Hello):
+            self._status_dirty.set()
+            serial_no = self.settings.device.serial_no
+            if serial_no and message.serial_no != serial_no:
+                self.log.error("wrong_device", expected=serial_no, got=message.serial_no)
+                inputs = [Notice(at=at, code="protocol_mismatch",
+                                 message=f"expected shoe {serial_no}, got {message.serial_no}")]
+        if self.commit(inputs, dedup=event.dedup_after) is None:
+            link.refuse(event.seq)
+            return
+        link.ack(event.seq)
+        if isinstance(message, Malformed) and message.type_code == Hello.TYPE:
+            link.send(GetInfo(), time.monotonic())
+        if isinstance(message, Heartbeat | Hello | Fault):
+            self._status_dirty.set()
+
+    async def device_loop(self) -> None:
+        backoff = 0.25
+        while not self._stopping.is_set():
+            transport = self._transport_factory()
+            try:
+                await transport.open()
+            except TransportLost as error:
+                self.log.warning("device_open_failed", error=str(error), retry_in_s=backoff)
+                await self._sleep(backoff)
+                backoff = min(backoff * 2, self.settings.device.reconnect_max_s)
+                continue
+            self.transport = transport
+            self.device_connected = True
+            backoff = 0.25
+            self.log.info("device_opened", transport=transport.description)
+            assert self.link is not None
+            self.link.send(GetInfo(), time.monotonic())  # the host opens the link
+            self._flush()
+            self._status_dirty.set()
+            self.ready.set()
+            try:
+                while True:
+                    self.on_bytes(await transport.read())
+            except TransportLost as error:
+                self.log.warning("device_lost", error=str(error))
+            finally:
+                self.device_connected = False
+                self.transport = None
+                await transport.close()
+                self._status_dirty.set()
+            await self._sleep(backoff)
+
+    async def timer_loop(self) -> None:
+        """Link retransmissions and liveness, and the engine's pull timeout."""
+        link, engine = self.link, self.engine
+        assert link is not None and engine is not None
+        while not self._stopping.is_set():
+            now_mono = time.monotonic()
+            deadlines = []
+            if (t := link.get_timer()) is not None:
+                deadlines.append(t - now_mono)
+            if (d := engine.next_deadline()) is not None:
+                deadlines.append(d - time.time())
+            delay = max(0.0, min(deadlines)) if deadlines else 1.0
+            self._timer_wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._timer_wake.wait(), timeout=min(delay, 1.0))
+            link.handle_timer(time.monotonic())
+            self._drain_link()
+            deadline = engine.next_deadline()
+            if deadline is not None and time.time() >= deadline:
+                self.commit([Tick(at=time.time())])
+            self._flush()
+
+    # -- MQTT ----------------------------------------------------------------------------
+
+    def _client_args(self) -> dict[str, Any]:
+        mqtt = self.settings.mqtt
+        host, port = mqtt.host_port
+        args: dict[str, Any] = {
+            "hostname": host, "port": port, "keepalive": mqtt.keepalive,
+            "identifier": mqtt.client_id or f"shoed-{self.settings.table.id}",
+            "protocol": aiomqtt.ProtocolVersion.V5 if mqtt.protocol == "5"
+            else aiomqtt.ProtocolVersion.V311,
+            "will": aiomqtt.Will(f"{self.root}/status", json.dumps({"online": False}),
+                                 qos=1, retain=True),
+            "timeout": mqtt.publish_timeout_s,
+        }
+        if mqtt.username:
+            args["username"] = mqtt.username
+        if mqtt.password_file:
+            args["password"] = mqtt.password_file.read_text().strip()
+        if mqtt.tls:
+            context = ssl.create_default_context(
+                cafile=str(mqtt.ca_file) if mqtt.ca_file else None)
+            if mqtt.cert_file:
+                context.load_cert_chain(str(mqtt.cert_file),
+                                        str(mqtt.key_file) if mqtt.key_file else None)
+            args["tls_context"] = context
+        return args
+
+    async def mqtt_loop(self) -> None:
+        backoff = 0.5
+        while not self._stopping.is_set():
+            try:
+                async with aiomqtt.Client(**self._client_args()) as client:
+                    self._client = client
+                    self.mqtt_connected = True
+                    backoff = 0.5
+                    self.log.info("mqtt_connected", url=self.settings.mqtt.url, root=self.root)
+                    await client.subscribe(f"{self.root}/cmd", qos=1)
+                    await self._publish_retained(client)
+                    async with asyncio.TaskGroup() as group:
+                        group.create_task(self._publisher(client))
+                        group.create_task(self._listener(client))
+                        group.create_task(self._retained_refresher(client))
+            except* aiomqtt.MqttError as errors:
+                self.log.warning("mqtt_disconnected", error=str(errors.exceptions[0]),
+                                 retry_in_s=backoff, outbox=self._outbox_depth())
+            except* (OSError, ssl.SSLError) as errors:
+                self.log.warning("mqtt_unreachable", error=str(errors.exceptions[0]),
+                                 retry_in_s=backoff)
+            finally:
+                self._client = None
+                self.mqtt_connected = False
+            if self._stopping.is_set():
+                break
+            await self._sleep(backoff)
+            backoff = min(backoff * 2, 10.0)
+
+    def _outbox_depth(self) -> int:
+        try:
+            return self.journal.outbox_depth() if self.journal else 0
+        except StorageError:
+            return -1
+
+    async def _publisher(self, client: aiomqtt.Client) -> None:
+        """Drain the outbox in seq order; an event leaves it only after its PUBACK."""
+        journal = self.journal
+        assert journal is not None
+        timeout = self.settings.mqtt.publish_timeout_s
+        while True:
+            self._outbox_wake.clear()
+            try:
+                rows = journal.unpublished()
+            except StorageError:
+                rows = []
+            if not rows:
+                await self._publish_state(client)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._outbox_wake.wait(), timeout=5.0)
+                continue
+            for seq, body in rows:
+                await client.publish(f"{self.root}/events", body, qos=1, timeout=timeout)
+                with contextlib.suppress(StorageError):
+                    journal.mark_published(seq)
+                self.stats["published"] += 1
+            await self._publish_state(client)
+
+    async def _publish_state(self, client: aiomqtt.Client) -> None:
+        assert self.engine is not None
+        state = self.engine.public_state()
+        if state.get("seq") != getattr(self, "_state_published_seq", None):
+            await client.publish(f"{self.root}/state", json.dumps(state), qos=1, retain=True)
+            self._state_published_seq = state.get("seq")
+
+    def status_payload(self) -> dict[str, Any]:
+        synced = clock_synchronised()
+        return {
+            "online": True, "table_id": self.settings.table.id, "version": __version__,
+            "device_connected": self.device_connected and bool(
+                self.engine and self.engine.s.device.connected),
+            "storage_ok": self.storage_ok, "storage_error": self.storage_error,
+            "outbox": self._outbox_depth(), "clock_synchronised": synced,
+            "warnings": ([] if synced is not False else ["system clock not synchronised"])
+            + ([] if self.storage_ok else ["journal cannot be written: nothing is ACKed"]),
+            "ts": time.time(),
+        }
+
+    def device_payload(self) -> dict[str, Any]:
+        assert self.engine is not None
+        device = self.engine.s.device
+        caps = device.capabilities or 0
+        return {
+            "connected": self.device_connected and device.connected,
+            "transport": self.settings.device.transport,
+            "firmware": device.fw_version, "serial_no": device.serial_no,
+            "boot_id": device.boot_id,
+            "capabilities": [c.name.lower() for c in Capability if caps & c.value and c.name],
+            "last_seen": self.last_seen, "faults": list(device.faults),
+            "storage_ok": self.storage_ok,
+        }
+
+    async def _publish_retained(self, client: aiomqtt.Client) -> None:
+        await client.publish(f"{self.root}/status", json.dumps(self.status_payload()), qos=1,
+                             retain=True)
+        await client.publish(f"{self.root}/device", json.dumps(self.device_payload()), qos=1,
+                             retain=True)
+        self._state_published_seq = None
+        await self._publish_state(client)
+
+    async def _retained_refresher(self, client: aiomqtt.Client) -> None:
+        """Republish retained topics shortly after connect and whenever they change."""
+        await asyncio.sleep(RETAINED_REFRESH_S)
+        await self._publish_retained(client)
+        while True:
+            self._status_dirty.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._status_dirty.wait(), timeout=30.0)
+            await client.publish(f"{self.root}/status", json.dumps(self.status_payload()),
+                                 qos=1, retain=True)
+            await client.publish(f"{self.root}/device", json.dumps(self.device_payload()),
+                                 qos=1, retain=True)
+            self._notify_status()
+
+    async def _listener(self, client: aiomqtt.Client) -> None:
+        async for message in client.messages:
+            if message.topic.matches(f"{self.root}/cmd"):
+                payload = message.payload if isinstance(message.payload, bytes | str) else b""
+                answer = self.handle_command(payload)
+                if answer is not None:
+                    await self._respond(client, answer)
+
+    async def _respond(self, client: aiomqtt.Client, answer: dict[str, Any]) -> None:
+        replay = answer.pop("_replay", None)
+        if replay:
+            for body in replay:
+                await client.publish(f"{self.root}/replay", body, qos=1)
+        await client.publish(f"{self.root}/cmd/response", json.dumps(answer), qos=1)
+
+    def handle_command(self, payload: bytes | str) -> dict[str, Any] | None:
+        """Validate, journal and apply one command; return its single answer."""
+        self.stats["commands"] += 1
+        parsed = parse_command(payload)
+        if isinstance(parsed, CommandRejection):
+            self.log.warning("command_rejected", request_id=parsed.request_id,
+                             code=parsed.code, message=parsed.message)
+            return {"request_id": parsed.request_id, "ok": False,
+                    "error": {"code": parsed.code, "message": parsed.message}, "result": None}
+        command: Command = parsed
+        journal, engine = self.journal, self.engine
+        assert journal is not None and engine is not None
+        log = self.log.bind(request_id=command.request_id, command=command.command,
+                            operator=command.operator)
+        try:
+            previous = journal.response(command.request_id)
+        except StorageError:
+            previous = None
+        if previous is not None:
+            log.info("command_repeated")
+            return previous
+        if not self.storage_ok and not self._storage_retry():
+            return {"request_id": command.request_id, "ok": False,
+                    "error": {"code": "storage_failed",
+                              "message": f"the journal cannot be written: {self.storage_error}"},
+                    "result": None}
+        if isinstance(command, Replay):
+            return self._replay(command)
+        outputs = self.commit([CommandInput(at=time.time(), command=command)],
+                              request_id=command.request_id)
+        if outputs is None:
+            return {"request_id": command.request_id, "ok": False,
+                    "error": {"code": "storage_failed", "message": self.storage_error},
+                    "result": None}
+        answer = self._answer(command.request_id, outputs[0])
+        log.info("command_answered", ok=answer["ok"], error=answer["error"])
+        return answer
+
+    def _replay(self, command: Replay) -> dict[str, Any]:
+        journal = self.journal
+        assert journal is not None
+        first, last = journal.event_range()
+        to_seq = command.to_seq or last
+        if first == 0 or command.from_seq < first or command.from_seq > last or to_seq < \
+                command.from_seq:
+            answer = {"request_id": command.request_id, "ok": False,
+                      "error": {"code": "out_of_range",
+                                "message": f"expected from_seq..to_seq within {first}..{last}, "
+                                           f"got {command.from_seq}..{command.to_seq}"},
+                      "result": None}
+        else:
+            bodies = journal.events_between(command.from_seq, to_seq)
+            answer = {"request_id": command.request_id, "ok": True, "error": None,
+                      "result": {"from_seq": command.from_seq,
+                                 "to_seq": command.from_seq + len(bodies) - 1,
+                                 "count": len(bodies)}}
+            with contextlib.suppress(StorageError), journal.transaction():
+                journal.add_response(command.request_id, answer)
+            return {**answer, "_replay": bodies}
+        with contextlib.suppress(StorageError), journal.transaction():
+            journal.add_response(command.request_id, answer)
+        return answer
+
+    # -- housekeeping, notify, run ----------------------------------------------------------
+
+    def _notify_status(self) -> None:
+        self.notifier.notify(STATUS=(
+            f"device {'connected' if self.device_connected else 'disconnected'}, "
+            f"broker {'connected' if self.mqtt_connected else 'disconnected'}, "
+            f"outbox {self._outbox_depth()}"
+            + ("" if self.storage_ok else ", STORAGE FAILED")))
+
+    async def housekeeping_loop(self) -> None:
+        interval = self.notifier.watchdog_interval_s
+        last_prune = 0.0
+        while not self._stopping.is_set():
+            await self._sleep(min(interval or 10.0, 10.0))
+            if interval:
+                self.notifier.notify(WATCHDOG=1)  # from the loop itself: a hung loop is seen
+            self._notify_status()
+            if time.time() - last_prune > 3600 and self.journal is not None:
+                last_prune = time.time()
+                with contextlib.suppress(StorageError):
+                    self.journal.prune(self.settings.state.retention_days, time.time())
+
+    async def _sleep(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), timeout=seconds)
+
+    def request_stop(self) -> None:
+        self._stopping.set()
+
+    async def run(self) -> None:
+        self.restore()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, self.request_stop)
+        tasks = [asyncio.create_task(coro) for coro in (
+            self.device_loop(), self.timer_loop(), self.mqtt_loop(), self.housekeeping_loop())]
+        self.notifier.notify(READY=1, STATUS="journal restored; device transport started")
+        self.log.info("ready", root=self.root, instance=self.engine.s.instance_id
+                      if self.engine else None)
+        await self._stopping.wait()
+        await self._shutdown(tasks)
+
+    async def _shutdown(self, tasks: list[asyncio.Task[None]]) -> None:
+        """Stop taking cards, flush what the broker takes, close the link, snapshot."""
+        self.notifier.notify(STOPPING=1, STATUS="stopping")
+        self.log.info("stopping", outbox=self._outbox_depth())
+        self._accepting = False
+        deadline = time.monotonic() + 3.0
+        while self.mqtt_connected and self._outbox_depth() > 0 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        if self._client is not None:
+            with contextlib.suppress(Exception):
+                await self._client.publish(f"{self.root}/status",
+                                           json.dumps({"online": False}), qos=1, retain=True,
+                                           timeout=1.0)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self.transport is not None:
+            await self.transport.close()
+        if self.journal is not None and self.engine is not None and self.storage_ok:
+            with contextlib.suppress(StorageError), self.journal.transaction():
+                last = self.journal.last_input_id()
+                if last:
+                    self.journal.save_snapshot(last, self.engine.snapshot())
+            self.journal.close()
+        self.log.info("stopped")

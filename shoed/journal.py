@@ -1,0 +1,201 @@
+"""The durable journal: SQLite in WAL mode with synchronous=FULL (fsync on every commit).
+
+One transaction holds everything one input changes: the input itself (so the engine
+can be replayed), the events it produced (the outbox), the link's duplicate-detection
+state, and a command's answer. The daemon ACKs the shoe, or answers a command, only
+after :meth:`Journal.commit` returned. Events leave the outbox (``published = 1``) only
+after the broker's PUBACK; published events stay for `retention_days` for `replay`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import secrets
+import sqlite3
+import stat
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from typing import Any
+
+from .core.errors import ShoedError
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS inputs (id INTEGER PRIMARY KEY, at REAL NOT NULL, body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS events (
+    seq INTEGER PRIMARY KEY, event_id TEXT NOT NULL UNIQUE, type TEXT NOT NULL,
+    created REAL NOT NULL, body TEXT NOT NULL, published INTEGER NOT NULL DEFAULT 0);
+CREATE INDEX IF NOT EXISTS events_unpublished ON events(published, seq);
+CREATE TABLE IF NOT EXISTS snapshots (input_id INTEGER PRIMARY KEY, state TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS responses (
+    request_id TEXT PRIMARY KEY, created REAL NOT NULL, body TEXT NOT NULL);
+"""
+
+
+class StorageError(ShoedError):
+    """The journal cannot be read or written; nothing may be acknowledged."""
+
+
+def prepare_state_dir(path: pathlib.Path) -> None:
+    """Create the state directory 0750, and refuse one that others may write to."""
+    try:
+        path.mkdir(mode=0o750, parents=True, exist_ok=True)
+        mode = path.stat().st_mode
+    except OSError as error:
+        raise StorageError(f"state.dir {path}: {error.strerror}") from error
+    if mode & stat.S_IWOTH:
+        raise StorageError(f"state.dir {path} is world-writable (mode {stat.filemode(mode)}); "
+                           f"refusing to keep the journal there: chmod o-w it")
+
+
+class Journal:
+    """The on-disk record. All methods raise StorageError on any storage failure."""
+
+    def __init__(self, directory: pathlib.Path) -> None:
+        prepare_state_dir(directory)
+        self.path = directory / "journal.sqlite3"
+        try:
+            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            os.chmod(self.path, 0o640)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.execute("PRAGMA foreign_keys=ON")
+            integrity = self._db.execute("PRAGMA quick_check").fetchone()[0]
+            if integrity != "ok":
+                raise StorageError(f"journal {self.path} is corrupt: {integrity}")
+            self._db.executescript(SCHEMA)
+        except sqlite3.Error as error:
+            raise StorageError(f"journal {self.path}: {error}") from error
+        self._in_tx = False
+        self.instance_id = self.meta("instance_id") or self._new_instance()
+
+    def _new_instance(self) -> str:
+        instance = secrets.token_hex(4)
+        with self.transaction():
+            self.set_meta("instance_id", instance)
+        return instance
+
+    def close(self) -> None:
+        with suppress(sqlite3.Error):
+            self._db.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """One atomic, durable write. Raises StorageError (and rolls back) on failure."""
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+            self._in_tx = True
+            yield
+            self._db.execute("COMMIT")
+        except sqlite3.Error as error:
+            self._rollback()
+            raise StorageError(f"journal write failed: {error}") from error
+        except BaseException:
+            self._rollback()
+            raise
+        finally:
+            self._in_tx = False
+
+    def _rollback(self) -> None:
+        with suppress(sqlite3.Error):
+            self._db.execute("ROLLBACK")
+
+    def _run(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Cursor:
+        try:
+            return self._db.execute(sql, params)
+        except sqlite3.Error as error:
+            raise StorageError(f"journal: {error}") from error
+
+    # -- meta ------------------------------------------------------------------------
+
+    def meta(self, key: str) -> str | None:
+        row = self._run("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def set_meta(self, key: str, value: str) -> None:
+        self._run("INSERT INTO meta(key, value) VALUES(?, ?) "
+                  "ON CONFLICT(key) DO UPDATE SET value = excluded.value", (key, value))
+
+    # -- inputs, snapshots ---------------------------------------------------------------
+
+    def add_input(self, at: float, body: str) -> int:
+        cursor = self._run("INSERT INTO inputs(at, body) VALUES(?, ?)", (at, body))
+        return int(cursor.lastrowid or 0)
+
+    def save_snapshot(self, input_id: int, state: str) -> None:
+        self._run("INSERT OR REPLACE INTO snapshots(input_id, state) VALUES(?, ?)",
+                  (input_id, state))
+        # Inputs before the previous snapshot are no longer needed to rebuild the state.
+        row = self._run("SELECT input_id FROM snapshots WHERE input_id < ? "
+                        "ORDER BY input_id DESC LIMIT 1", (input_id,)).fetchone()
+        if row is not None:
+            self._run("DELETE FROM snapshots WHERE input_id < ?", (row[0],))
+            self._run("DELETE FROM inputs WHERE id <= ?", (row[0],))
+
+    def latest_snapshot(self) -> tuple[int, str] | None:
+        row = self._run("SELECT input_id, state FROM snapshots ORDER BY input_id DESC LIMIT 1"
+                        ).fetchone()
+        return None if row is None else (int(row[0]), str(row[1]))
+
+    def inputs_after(self, input_id: int) -> Iterator[tuple[int, str]]:
+        cursor = self._run("SELECT id, body FROM inputs WHERE id > ? ORDER BY id", (input_id,))
+        for row in cursor:
+            yield int(row[0]), str(row[1])
+
+    def last_input_id(self) -> int:
+        row = self._run("SELECT MAX(id) FROM inputs").fetchone()
+        return int(row[0] or 0)
+
+    # -- events (the outbox) ----------------------------------------------------------------
+
+    def add_event(self, seq: int, event_id: str, type_: str, body: str) -> None:
+        self._run("INSERT INTO events(seq, event_id, type, created, body) VALUES(?, ?, ?, ?, ?)",
+                  (seq, event_id, type_, time.time(), body))
+
+    def unpublished(self, limit: int = 256) -> list[tuple[int, str]]:
+        rows = self._run("SELECT seq, body FROM events WHERE published = 0 ORDER BY seq LIMIT ?",
+                         (limit,)).fetchall()
+        return [(int(r[0]), str(r[1])) for r in rows]
+
+    def outbox_depth(self) -> int:
+        return int(self._run("SELECT COUNT(*) FROM events WHERE published = 0").fetchone()[0])
+
+    def mark_published(self, up_to_seq: int) -> None:
+        """Every event up to `up_to_seq` got its PUBACK (they are published in order)."""
+        with self.transaction():
+            self._run("UPDATE events SET published = 1 WHERE published = 0 AND seq <= ?",
+                      (up_to_seq,))
+
+    def events_between(self, first: int, last: int | None, limit: int = 10_000) -> list[str]:
+        last = last if last is not None else 2**62
+        rows = self._run("SELECT body FROM events WHERE seq BETWEEN ? AND ? ORDER BY seq LIMIT ?",
+                         (first, last, limit)).fetchall()
+        return [str(r[0]) for r in rows]
+
+    def event_range(self) -> tuple[int, int]:
+        row = self._run("SELECT MIN(seq), MAX(seq) FROM events").fetchone()
+        return int(row[0] or 0), int(row[1] or 0)
+
+    def prune(self, retention_days: int, now: float) -> int:
+        """Drop published events and command answers past retention (answers: >= 24 h)."""
+        horizon = now - retention_days * 86400
+        with self.transaction():
+            cursor = self._run("DELETE FROM events WHERE published = 1 AND created < ? AND seq < "
+                               "(SELECT MAX(seq) FROM events)", (horizon,))
+            self._run("DELETE FROM responses WHERE created < ?",
+                      (now - max(retention_days * 86400, 86400),))
+        return int(cursor.rowcount)
+
+    # -- command answers ----------------------------------------------------------------
+
+    def response(self, request_id: str) -> dict[str, Any] | None:
+        row = self._run("SELECT body FROM responses WHERE request_id = ?",
+                        (request_id,)).fetchone()
+        return None if row is None else dict(json.loads(row[0]))
+
+    def add_response(self, request_id: str, body: dict[str, Any]) -> None:
+        self._run("INSERT OR IGNORE INTO responses(request_id, created, body) VALUES(?, ?, ?)",
+                  (request_id, time.time(), json.dumps(body)))

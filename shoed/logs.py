@@ -1,0 +1,47 @@
+"""Logging with structlog: JSON lines on stdout (journald takes them), colour on a terminal."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import MutableMapping
+from typing import Any
+
+import structlog
+
+SECRET_KEYS = frozenset({"password", "passwd", "secret", "token", "key_password"})
+
+
+def _redact(logger: Any, method: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    for key in list(event):
+        if key.lower() in SECRET_KEYS:
+            event[key] = "***"
+    return event
+
+
+def configure(fmt: str = "auto", level: str = "info", file: Any = None) -> None:
+    """JSON or console lines to stdout, or to `file` (an open text file) when given."""
+    stream = file or sys.stdout
+    console = fmt == "console" or (fmt == "auto" and file is None and sys.stdout.isatty())
+    renderer: Any = (structlog.dev.ConsoleRenderer(colors=True) if console
+                     else structlog.processors.JSONRenderer())
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            _redact,
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(
+            getattr(logging, level.upper(), logging.INFO)),
+        logger_factory=structlog.PrintLoggerFactory(stream),
+        cache_logger_on_first_use=False,
+    )
+    # Libraries (aiomqtt/paho) log through the standard library: keep them quiet but seen.
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+
+
+def get(name: str = "shoed") -> Any:
+    return structlog.get_logger(name)

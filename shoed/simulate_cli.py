@@ -1,0 +1,74 @@
+"""`shoed simulate`: the simulated shoe as its own process."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import random
+import sys
+
+from .simulator import PtyShoe, Script, SimulatedShoe, TcpShoe, rfid_manifest
+
+
+def build_shoe(args: argparse.Namespace, now: float, default_pace: float = 1.0
+               ) -> SimulatedShoe:
+    script = Script(
+        pace_s=default_pace if args.pace is None else args.pace,
+        multi_pull_rate=args.multi_pull_rate, unnecessary_rate=args.unnecessary_rate,
+        unread_rate=args.unread_rate, noise_rate=args.noise_rate,
+        reboot_after_cards=args.reboot_after, shoes=args.shoes,
+    )
+    if args.rfid_manifest is not None:
+        uids, csv_text = rfid_manifest(args.decks)
+        args.rfid_manifest.write_text(csv_text)
+        script.rfid = uids
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
+    return SimulatedShoe(decks=args.decks, seed=seed, script=script, now=now)
+
+
+async def _serve_port(shoe: SimulatedShoe, port: str) -> None:
+    import serial
+
+    device = serial.serial_for_url(port, baudrate=115200, timeout=0)
+    loop = asyncio.get_running_loop()
+    while True:
+        data = device.read(4096)
+        if data:
+            shoe.receive_data(data, loop.time())
+        shoe.poll(loop.time())
+        out = shoe.data_to_send()
+        if out:
+            device.write(out)
+        await asyncio.sleep(0.005)
+
+
+async def _main(args: argparse.Namespace) -> None:
+    loop = asyncio.get_running_loop()
+    shoe = build_shoe(args, loop.time())
+    print(f"simulated shoe: seed {shoe.seed}, {shoe.decks} deck(s), boot_id {shoe.boot_id}",
+          flush=True)
+    if args.listen:
+        host, _, port = args.listen.rpartition(":")
+        tcp = TcpShoe(shoe)
+        server = await tcp.serve(host or "127.0.0.1", int(port))
+        print(f"listening on {args.listen}: use port = \"socket://{args.listen}\"", flush=True)
+        async with server:
+            await tcp.run()
+    elif args.port:
+        print(f"speaking on {args.port}", flush=True)
+        await _serve_port(shoe, args.port)
+    else:
+        pty = PtyShoe(shoe, link_path=args.link)
+        path = pty.plug()
+        print(path, flush=True)
+        if args.link:
+            print(f"symlink {args.link} -> {path}", flush=True)
+        await pty.run()
+
+
+def simulate(args: argparse.Namespace) -> int:
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_main(args))
+    sys.stdout.flush()
+    return 0

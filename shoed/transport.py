@@ -1,0 +1,195 @@
+"""Transports to the shoe: serial (pyserial, incl. URLs such as socket://) and USB (pyusb).
+
+Both present the same small async interface: `open()`, `read()` (a chunk of bytes),
+`write(data)`, `close()`. Blocking library calls run in a worker thread with finite
+timeouts so the event loop never blocks; a vanished device raises TransportLost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from typing import Any, Protocol
+
+from .core.errors import ShoedError
+
+READ_TIMEOUT_S = 0.05
+USB_PACKET = 64
+USB_INTERFACE = 0
+USB_EP_OUT = 0x01
+USB_EP_IN = 0x81
+
+
+class TransportLost(ShoedError):
+    """The device went away (unplugged, pty closed, I/O error)."""
+
+
+class Transport(Protocol):
+    description: str
+
+    async def open(self) -> None: ...
+    async def read(self) -> bytes: ...
+    def write(self, data: bytes) -> None: ...
+    async def close(self) -> None: ...
+
+
+class _ThreadedTransport:
+    """A reader thread feeding an asyncio queue; writes go through a writer thread."""
+
+    description = "device"
+
+    def __init__(self) -> None:
+        self._queue: asyncio.Queue[bytes | BaseException] = asyncio.Queue()
+        self._writes: asyncio.Queue[bytes | None] | None = None
+        self._stop = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._threads: list[threading.Thread] = []
+        self._lost: BaseException | None = None
+
+    # subclasses implement these three, called in worker threads
+    def _open_blocking(self) -> None:
+        raise NotImplementedError
+
+    def _read_blocking(self) -> bytes:
+        raise NotImplementedError
+
+    def _write_blocking(self, data: bytes) -> None:
+        raise NotImplementedError
+
+    def _close_blocking(self) -> None:
+        raise NotImplementedError
+
+    async def open(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop.clear()
+        self._lost = None
+        self._queue = asyncio.Queue()
+        try:
+            await asyncio.to_thread(self._open_blocking)
+        except TransportLost:
+            raise
+        except Exception as error:
+            raise TransportLost(f"{self.description}: cannot open: {error}") from error
+        reader = threading.Thread(target=self._reader, name="shoe-reader", daemon=True)
+        self._threads = [reader]
+        reader.start()
+
+    def _reader(self) -> None:
+        assert self._loop is not None
+        while not self._stop.is_set():
+            try:
+                data = self._read_blocking()
+            except Exception as error:
+                if not self._stop.is_set():
+                    lost = TransportLost(f"{self.description}: {error}")
+                    self._loop.call_soon_threadsafe(self._queue.put_nowait, lost)
+                return
+            if data:
+                self._loop.call_soon_threadsafe(self._queue.put_nowait, data)
+
+    async def read(self) -> bytes:
+        if self._lost is not None:
+            raise TransportLost(str(self._lost))
+        item = await self._queue.get()
+        if isinstance(item, BaseException):
+            self._lost = item
+            raise item
+        return item
+
+    def write(self, data: bytes) -> None:
+        if not data:
+            return
+        try:
+            self._write_blocking(data)
+        except Exception as error:
+            self._lost = TransportLost(f"{self.description}: write failed: {error}")
+            self._queue.put_nowait(self._lost)
+
+    async def close(self) -> None:
+        self._stop.set()
+        with contextlib.suppress(Exception):
+            await asyncio.to_thread(self._close_blocking)
+        for thread in self._threads:
+            await asyncio.to_thread(thread.join, 1.0)
+
+
+class SerialTransport(_ThreadedTransport):
+    """pyserial: `/dev/ttyUSB0`, `/dev/serial/by-id/...`, a pty, or `socket://host:port`."""
+
+    def __init__(self, port: str, baudrate: int = 115200) -> None:
+        super().__init__()
+        self.port = port
+        self.baudrate = baudrate
+        self.description = f"serial {port}"
+        self._serial: Any = None
+
+    def _open_blocking(self) -> None:
+        import serial
+
+        self._serial = serial.serial_for_url(
+            self.port, baudrate=self.baudrate, bytesize=8, parity="N", stopbits=1,
+            timeout=READ_TIMEOUT_S, write_timeout=1.0, rtscts=False, xonxoff=False,
+            exclusive=True if not self.port.startswith(("socket://", "rfc2217://")) else None,
+        )
+
+    def _read_blocking(self) -> bytes:
+        serial_port = self._serial
+        waiting = serial_port.in_waiting
+        data: bytes = serial_port.read(waiting or 1)
+        return data
+
+    def _write_blocking(self, data: bytes) -> None:
+        self._serial.write(data)
+
+    def _close_blocking(self) -> None:
+        if self._serial is not None:
+            self._serial.close()
+
+
+class UsbTransport(_ThreadedTransport):
+    """pyusb: the shoe's vendor interface, bulk OUT 0x01 / bulk IN 0x81, 64-byte packets."""
+
+    def __init__(self, vid: int, pid: int, backend: Any = None, serial_no: str | None = None
+                 ) -> None:
+        super().__init__()
+        self.vid, self.pid = vid, pid
+        self.backend = backend
+        self.serial_no = serial_no
+        self.description = f"usb {vid:04x}:{pid:04x}"
+        self._device: Any = None
+        self._write_lock = threading.Lock()
+
+    def _open_blocking(self) -> None:
+        import usb.core
+        import usb.util
+
+        device = usb.core.find(idVendor=self.vid, idProduct=self.pid, backend=self.backend)
+        if device is None:
+            raise TransportLost(f"{self.description}: no such device")
+        with contextlib.suppress(usb.core.USBError):  # already configured: use it as it is
+            device.set_configuration()
+        usb.util.claim_interface(device, USB_INTERFACE)
+        self._device = device
+
+    def _read_blocking(self) -> bytes:
+        import usb.core
+
+        try:
+            data = self._device.read(USB_EP_IN, USB_PACKET, timeout=int(READ_TIMEOUT_S * 1000))
+        except usb.core.USBTimeoutError:
+            return b""
+        return bytes(data)
+
+    def _write_blocking(self, data: bytes) -> None:
+        with self._write_lock:
+            for start in range(0, len(data), USB_PACKET):
+                self._device.write(USB_EP_OUT, data[start:start + USB_PACKET], timeout=1000)
+
+    def _close_blocking(self) -> None:
+        import usb.util
+
+        if self._device is not None:
+            with contextlib.suppress(Exception):
+                usb.util.release_interface(self._device, USB_INTERFACE)
+            usb.util.dispose_resources(self._device)
