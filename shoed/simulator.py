@@ -43,7 +43,9 @@ from firmware_protocol import (
 from firmware_protocol.messages import Capability
 
 from .core.cards import ALL_CARDS
-from .core.engine import Engine, EngineConfig
+from .core.engine import PB_POSITIONS, Engine, EngineConfig
+from .core.errors import RulesError
+from .core.game import next_needed
 from .core.inputs import DeviceItem, DeviceShoeLoaded
 
 CUT = "CUT"
@@ -82,6 +84,7 @@ class SimulatedShoe:
         self.gate_locked = False
         self.indicator = 0
         self.cards_dealt = 0
+        self.dealt: list[str] = []  # every card that left the shoe, upper card of a pull first
         self.shoes_dealt = 0
         self.finished = False
         self._boot(self.now)
@@ -201,13 +204,24 @@ class SimulatedShoe:
             count = 2
         cards = self._shoe[:count]
         del self._shoe[:count]
+        if (state["shoe_state"] == "dealing" and CUT not in cards and self._shoe
+                and self._shoe[0] != CUT and self.rng.random() < self.script.unnecessary_rate
+                and self._completes_hand(state, cards)):
+            # The dealer pulls one card too many with the hand's last card: unnecessary.
+            cards.append(self._shoe.pop(0))
         self._pull(cards, now)
         results = [e for e in self._mirror_feed(cards, now) if e.type == "hand_result"]
         self._hands_seen += len(results)
-        if results and self.rng.random() < self.script.unnecessary_rate and self._shoe:
-            extra = self._shoe.pop(0)
-            self._pull([extra], now)
-            self._mirror_feed([extra], now)
+
+    @staticmethod
+    def _completes_hand(state: dict[str, Any], cards: list[str]) -> bool:
+        dealt = [c["card"] for c in state["cards"] if c["position"] in PB_POSITIONS]
+        if None in dealt:
+            return False
+        try:
+            return next_needed(dealt + cards) is None
+        except RulesError:
+            return True
 
     def _mirror_feed(self, cards: list[str], now: float) -> list[Any]:
         assert self._mirror is not None
@@ -236,6 +250,7 @@ class SimulatedShoe:
                 continue
             self.card_index += 1
             self.cards_dealt += 1
+            self.dealt.append(card)
             if self.rng.random() < self.script.unread_rate:
                 items.append(CardUnread(up, self.card_index, self._pull_id, pos, size, 1))
             elif self.script.rfid is not None:

@@ -18,3 +18,22 @@ LOCAL_VECTORS = pathlib.Path(__file__).resolve().parent / "data" / "protocol-vec
 def vectors() -> dict:
     path = VECTORS_PATH if VECTORS_PATH.exists() else LOCAL_VECTORS
     return json.loads(path.read_text())
+
+
+@pytest.fixture
+def broker():
+    """A private Mosquitto on a free port; the test may stop and restart it."""
+    from shoed.broker import PrivateMosquitto
+
+    instance = PrivateMosquitto()
+    instance.start()
+    yield instance
+    instance.stop()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _quiet_logs():
+    """The daemon's logs go to stdout as JSON at warning level during tests."""
+    from shoed import logs
+
+    logs.configure("json", "warning")

@@ -1,0 +1,158 @@
+"""An end-to-end rig: real Mosquitto, the daemon in-process, the simulated shoe on a pty."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import pathlib
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import aiomqtt
+
+from shoed.broker import PrivateMosquitto
+from shoed.config import Settings
+from shoed.daemon import Daemon
+from shoed.simulator import PtyShoe, Script, SimulatedShoe
+
+
+def make_settings(state_dir: pathlib.Path, url: str, port: str = "", **sections: Any
+                  ) -> Settings:
+    data: dict[str, Any] = {
+        "table": {"id": "T9", "betting_control": "none"},
+        "device": {"port": port, "reconnect_max_s": 0.5},
+        "mqtt": {"url": url, "publish_timeout_s": 3.0},
+        "state": {"dir": str(state_dir)},
+        "log": {"format": "json", "level": "warning"},
+    }
+    for key, value in sections.items():
+        data.setdefault(key, {}).update(value)
+    return Settings.model_validate(data)
+
+
+class Collector:
+    """Subscribes to everything under the root; dedupes events by event_id only."""
+
+    def __init__(self, port: int, root: str) -> None:
+        self.port = port
+        self.root = root
+        self.raw_events: list[dict[str, Any]] = []
+        self.responses: dict[str, dict[str, Any]] = {}
+        self.retained: dict[str, dict[str, Any]] = {}
+        self.replayed: list[dict[str, Any]] = []
+        self.client: aiomqtt.Client | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.connected = asyncio.Event()
+
+    @property
+    def events(self) -> list[dict[str, Any]]:
+        seen: dict[str, dict[str, Any]] = {}
+        for e in self.raw_events:
+            seen.setdefault(e["event_id"], e)
+        return sorted(seen.values(), key=lambda e: e["seq"])
+
+    def of(self, kind: str) -> list[dict[str, Any]]:
+        return [e for e in self.events if e["type"] == kind]
+
+    async def run(self) -> None:
+        while True:
+            try:
+                async with aiomqtt.Client("127.0.0.1", self.port,
+                                          identifier=f"collector-{uuid.uuid4().hex[:8]}",
+                                          clean_session=False) as client:
+                    self.client = client
+                    await client.subscribe(f"{self.root}/#", qos=1)
+                    self.connected.set()
+                    async for message in client.messages:
+                        self._take(str(message.topic), message.payload)
+            except aiomqtt.MqttError:
+                self.connected.clear()
+                self.client = None
+                await asyncio.sleep(0.2)
+
+    def _take(self, topic: str, payload: Any) -> None:
+        leaf = topic[len(self.root) + 1:]
+        if not payload or leaf == "cmd":
+            return  # our own commands (some deliberately not JSON)
+        data = json.loads(payload)
+        if leaf == "events":
+            self.raw_events.append(data)
+        elif leaf == "cmd/response":
+            self.responses[str(data.get("request_id"))] = data
+        elif leaf == "replay":
+            self.replayed.append(data)
+        elif leaf in ("status", "device", "state"):
+            self.retained[leaf] = data
+
+    async def send(self, payload: dict[str, Any] | str | bytes, timeout: float = 10.0
+                   ) -> dict[str, Any]:
+        """Publish a command and wait for its answer (by request_id)."""
+        assert self.client is not None
+        body = payload if isinstance(payload, str | bytes) else json.dumps(payload)
+        request_id = payload.get("request_id") if isinstance(payload, dict) else None
+        before = len(self.responses)
+        await self.client.publish(f"{self.root}/cmd", body, qos=1)
+        if request_id is not None:
+            self.responses.pop(str(request_id), None)
+            await wait_for(lambda: str(request_id) in self.responses, timeout)
+            return self.responses[str(request_id)]
+        await wait_for(lambda: len(self.responses) > before or "None" in self.responses,
+                       timeout)
+        return self.responses.pop("None")
+
+
+async def wait_for(predicate: Callable[[], Any], timeout: float = 20.0,
+                   what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+class Rig:
+    def __init__(self, daemon: Daemon, shoe: SimulatedShoe, pty: PtyShoe | None,
+                 collector: Collector) -> None:
+        self.daemon = daemon
+        self.shoe = shoe
+        self.pty = pty
+        self.collector = collector
+        self.tasks: list[asyncio.Task[Any]] = []
+
+
+@contextlib.asynccontextmanager
+async def rig(tmp_path: pathlib.Path, broker: PrivateMosquitto, script: Script | None = None,
+              decks: int = 1, seed: int = 5, transport_factory: Any = None,
+              shoe: SimulatedShoe | None = None, **sections: Any) -> AsyncIterator[Rig]:
+    loop = asyncio.get_running_loop()
+    shoe = shoe or SimulatedShoe(decks=decks, seed=seed, script=script or Script(pace_s=0.0),
+                                 now=loop.time())
+    pty = None
+    port = ""
+    if transport_factory is None:
+        pty = PtyShoe(shoe, link_path=tmp_path / "shoe")
+        pty.plug()
+        port = str(tmp_path / "shoe")
+    sections.setdefault("rules", {}).setdefault("decks", decks)
+    settings = make_settings(tmp_path / "state", broker.url, port, **sections)
+    daemon = Daemon(settings, transport_factory=transport_factory)
+    collector = Collector(broker.port, settings.topic_root)
+    r = Rig(daemon, shoe, pty, collector)
+    r.tasks.append(asyncio.create_task(collector.run()))
+    await wait_for(collector.connected.is_set, 10, "collector connected")
+    r.tasks.append(asyncio.create_task(daemon.run()))
+    if pty is not None:
+        r.tasks.append(asyncio.create_task(pty.run()))
+    try:
+        yield r
+    finally:
+        daemon.request_stop()
+        await asyncio.wait(r.tasks[1:2], timeout=10)
+        for task in r.tasks:
+            task.cancel()
+        await asyncio.gather(*r.tasks, return_exceptions=True)
+        if pty is not None:
+            pty.unplug()

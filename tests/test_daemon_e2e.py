@@ -1,0 +1,141 @@
+"""End to end: real Mosquitto, the daemon, the simulated shoe on a real pty (pyserial)."""
+
+from __future__ import annotations
+
+import asyncio
+import pathlib
+from typing import Any
+
+import pytest
+from rig import rig, wait_for
+
+from shoed.broker import PrivateMosquitto
+from shoed.core.game import evaluate
+from shoed.simulator import Script
+
+pytestmark = pytest.mark.broker
+
+
+def check_shoe(events: list[dict[str, Any]], dealt: list[str]) -> None:
+    """Every card once and in order, every result right, seq gapless."""
+    seqs = [e["seq"] for e in events]
+    assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), "seq has gaps"
+    first_sighting: dict[int, str | None] = {}
+    for e in events:
+        if e["type"] == "card" and e["card_index"] is not None:
+            first_sighting.setdefault(e["card_index"], e["card"])
+    assert [first_sighting[i] for i in sorted(first_sighting)] == dealt[: len(first_sighting)]
+    by_hand: dict[tuple[str, int], dict[int, dict[str, Any]]] = {}
+    for e in events:
+        if e["type"] == "card" and e["position"] in ("P1", "B1", "P2", "B2", "P3", "B3"):
+            by_hand.setdefault((e["shoe_id"], e["hand_no"]), {})[e["card_index"]] = e
+    results = [e for e in events if e["type"] == "hand_result"]
+    assert len({(r["shoe_id"], r["hand_no"]) for r in results}) == len(results)
+    for result in results:
+        cards = by_hand[(result["shoe_id"], result["hand_no"])]
+        draw_order = [cards[i]["card"] for i in sorted(cards)]
+        expected = evaluate(draw_order)
+        assert result["winner"] == expected.winner
+        assert result["player_cards"] == list(expected.player_cards)
+        assert result["banker_cards"] == list(expected.banker_cards)
+        assert result["player_pair"] == expected.player_pair
+
+
+def test_full_8_deck_shoe_end_to_end(tmp_path: pathlib.Path, broker: PrivateMosquitto) -> None:
+    async def main() -> None:
+        async with rig(tmp_path, broker, decks=8, seed=11,
+                       script=Script(pace_s=0.0, shoes=1)) as r:
+            await wait_for(lambda: r.collector.of("shoe_ended"), 240, "the shoe to end")
+            await wait_for(lambda: r.daemon._outbox_depth() == 0, 10, "outbox drained")
+            events = r.collector.events
+            check_shoe(events, r.shoe.dealt)
+            assert len(r.collector.of("hand_result")) > 60
+            assert r.collector.of("last_hand")[0]["reason"] == "cut_card"
+            assert r.collector.retained["status"]["online"] is True
+            assert r.collector.retained["device"]["connected"] is True
+            assert r.collector.retained["device"]["serial_no"] == "SIM-0001"
+            await wait_for(lambda: r.collector.retained.get("state", {}).get("seq")
+                           == events[-1]["seq"], 10, "state republished")
+            assert r.collector.retained["state"]["shoe_state"] == "shoe_ended"
+    asyncio.run(main())
+
+
+def test_rules_visible_on_mqtt_with_line_noise(tmp_path: pathlib.Path,
+                                               broker: PrivateMosquitto) -> None:
+    """Multi-card pulls, unnecessary cards and a noisy line; results still right."""
+    async def main() -> None:
+        script = Script(pace_s=0.0, shoes=1, multi_pull_rate=0.3, unnecessary_rate=0.15,
+                        noise_rate=0.05)
+        async with rig(tmp_path, broker, decks=1, seed=3, script=script,
+                       rules={"unnecessary_cards": "burn_then_player"}) as r:
+            await wait_for(lambda: r.collector.of("shoe_ended") or r.collector.of(
+                "shoe_voided"), 120, "the shoe to finish")
+            await wait_for(lambda: r.daemon._outbox_depth() == 0, 10, "outbox drained")
+            procedures = {(p["rule"], p["action"]) for p in r.collector.of("procedure")}
+            assert ("multi_card_pull", "reordered") in procedures
+            assert ("unnecessary_card", "next_burn") in procedures
+            assert r.daemon.link is not None and r.daemon.link.discards, "noise was seen"
+            check_shoe(r.collector.events, r.shoe.dealt)
+    asyncio.run(main())
+
+
+def test_commands_round_trip(tmp_path: pathlib.Path, broker: PrivateMosquitto) -> None:
+    async def main() -> None:
+        script = Script(pace_s=0.05, shoes=1)
+        async with rig(tmp_path, broker, decks=1, seed=8, script=script,
+                       table={"betting_control": "commands"}) as r:
+            c = r.collector
+            await wait_for(lambda: r.collector.retained.get("state", {}).get("betting")
+                           == "open", 30, "betting open after commencement")
+            bad = await c.send(b"{not json")
+            assert bad["ok"] is False and bad["error"]["code"] == "invalid_json"
+            assert bad["request_id"] is None
+            missing = await c.send({"request_id": "m1", "command": "void_hand",
+                                    "operator": "sup"})
+            assert missing["error"]["code"] == "invalid_command"
+            assert "hand_no" in missing["error"]["message"]
+            unknown = await c.send({"request_id": "u1", "command": "explode", "operator": "x"})
+            assert unknown["error"]["code"] == "unknown_command"
+            wrong = await c.send({"request_id": "w1", "command": "close_betting",
+                                  "operator": "gs", "hand_no": 99})
+            assert wrong["error"]["code"] == "wrong_hand"
+            closed = await c.send({"request_id": "c1", "command": "close_betting",
+                                   "operator": "gs"})
+            assert closed["ok"] is True and closed["result"]["hand_no"] == 1
+            again = await c.send({"request_id": "c1", "command": "close_betting",
+                                  "operator": "gs"})
+            assert again == closed  # the original answer, not applied twice
+            await wait_for(lambda: c.of("hand_result"), 30, "hand 1's result")
+            actions = [a for a in c.of("supervisor_action") if a["request_id"] == "c1"]
+            assert len(actions) == 1
+            recall = await c.send({"request_id": "r1", "command": "recall", "operator": "x",
+                                   "hands": 1})
+            assert recall["result"]["hands"][0]["hand_no"] == 1
+            replay = await c.send({"request_id": "p1", "command": "replay", "operator": "x",
+                                   "from_seq": 1, "to_seq": 3})
+            assert replay["ok"] and replay["result"]["count"] == 3
+            await wait_for(lambda: len(c.replayed) == 3, 5, "replayed events")
+            assert [e["seq"] for e in c.replayed] == [1, 2, 3]
+            out = await c.send({"request_id": "p2", "command": "replay", "operator": "x",
+                                "from_seq": 10**6})
+            assert out["error"]["code"] == "out_of_range"
+    asyncio.run(main())
+
+
+def test_broker_stopped_and_restarted_mid_shoe_loses_nothing(
+        tmp_path: pathlib.Path, broker: PrivateMosquitto) -> None:
+    async def main() -> None:
+        async with rig(tmp_path, broker, decks=1, seed=21,
+                       script=Script(pace_s=0.01, shoes=1)) as r:
+            await wait_for(lambda: len(r.collector.of("hand_result")) >= 2, 60, "2 results")
+            broker.stop(kill=True)
+            served = r.shoe.cards_dealt
+            await wait_for(lambda: r.shoe.cards_dealt > served + 10, 30,
+                           "the shoe served while the broker is down")
+            assert r.daemon._outbox_depth() > 0  # events wait on disk
+            broker.start()
+            await wait_for(lambda: r.collector.of("shoe_ended"), 120, "the shoe to end")
+            await wait_for(lambda: r.daemon._outbox_depth() == 0, 20, "outbox drained")
+            check_shoe(r.collector.events, r.shoe.dealt)
+            assert r.collector.events[0]["seq"] == 1
+    asyncio.run(main())
