@@ -125,6 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument("--port", help="an existing serial device to speak on")
     where.add_argument("--listen", metavar="HOST:PORT", help="serve TCP (socket:// in shoed)")
     sim.add_argument("--link", type=pathlib.Path, help="keep this symlink pointing at the pty")
+    sim.add_argument("--record", type=pathlib.Path, help="append every dealt card to this file")
     add_simulation_options(sim)
     sim.set_defaults(func=_cmd_simulate)
 

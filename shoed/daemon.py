@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import signal
 import ssl
 import time
@@ -156,6 +157,7 @@ class Daemon:
         self._inputs_since_snapshot = 0
         self._client: aiomqtt.Client | None = None
         self.ready = asyncio.Event()
+        self._crash_after = int(os.environ.get("SHOED_TEST_CRASH_AFTER_COMMIT", "0") or 0)
         self.stats: dict[str, int] = {"frames": 0, "published": 0, "commands": 0,
                                       "storage_failures": 0}
 
@@ -351,6 +353,13 @@ class Daemon:
             elif isinstance(event, Delivered):
                 pass  # our GET_INFO / SET_GATE / SET_INDICATOR arrived
 
+    def _device_link(self, connected: bool) -> None:
+        """Raise/clear device_lost when the engine's view differs from what we now know."""
+        engine = self.engine
+        if engine is not None and engine.s.device.connected != connected:
+            self.commit([DeviceLink(at=time.time(), connected=connected)])
+            self._status_dirty.set()
+
     def _on_frame(self, event: MessageReceived) -> None:
         link = self.link
         assert link is not None
@@ -362,6 +371,10 @@ class Daemon:
             return
         at = time.time()
         inputs: list[Input] = []
+        engine = self.engine
+        if engine is not None and not engine.s.device.connected \
+                and not isinstance(message, Hello):
+            inputs.append(DeviceLink(at=at, connected=True))  # Hello reconnects by itself
         if event.gap:
             self.log.warning("cards_lost", lost=event.gap, seq=event.seq)
             inputs.append(DeviceGap(at=at, lost=event.gap))
@@ -376,11 +389,20 @@ class Daemon:
         if self.commit(inputs, dedup=event.dedup_after) is None:
             link.refuse(event.seq)
             return
+        self._maybe_crash()
         link.ack(event.seq)
         if isinstance(message, Malformed) and message.type_code == Hello.TYPE:
             link.send(GetInfo(), time.monotonic())
         if isinstance(message, Heartbeat | Hello | Fault):
             self._status_dirty.set()
+
+    def _maybe_crash(self) -> None:
+        """Fault injection for the kill tests: SHOED_TEST_CRASH_AFTER_COMMIT=N kills the
+        process (SIGKILL) after the N-th frame is journalled and before its ACK."""
+        if self._crash_after:
+            self._crash_after -= 1
+            if self._crash_after == 0:
+                os.kill(os.getpid(), signal.SIGKILL)
 
     async def device_loop(self) -> None:
         backoff = 0.25
@@ -407,6 +429,7 @@ class Daemon:
                     self.on_bytes(await transport.read())
             except TransportLost as error:
                 self.log.warning("device_lost", error=str(error))
+                self._device_link(False)
             finally:
                 self.device_connected = False
                 self.transport = None

@@ -24,7 +24,11 @@ def build_shoe(args: argparse.Namespace, now: float, default_pace: float = 1.0
         args.rfid_manifest.write_text(csv_text)
         script.rfid = uids
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
-    return SimulatedShoe(decks=args.decks, seed=seed, script=script, now=now)
+    shoe = SimulatedShoe(decks=args.decks, seed=seed, script=script, now=now)
+    record = getattr(args, "record", None)
+    if record is not None:
+        shoe.record_to = open(record, "a", buffering=1)  # noqa: SIM115 - one per process
+    return shoe
 
 
 async def _serve_port(shoe: SimulatedShoe, port: str) -> None:

@@ -78,6 +78,7 @@ class SimulatedShoe:
     serial_no: str = "SIM-0001"
     fw_version: str = "sim-1.0"
     now: float = 0.0
+    record_to: Any = None  # a text file: every dealt card, one a line (for fault tests)
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
@@ -251,6 +252,8 @@ class SimulatedShoe:
             self.card_index += 1
             self.cards_dealt += 1
             self.dealt.append(card)
+            if self.record_to is not None:
+                self.record_to.write(card + "\n")
             if self.rng.random() < self.script.unread_rate:
                 items.append(CardUnread(up, self.card_index, self._pull_id, pos, size, 1))
             elif self.script.rfid is not None:

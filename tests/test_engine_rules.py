@@ -508,3 +508,11 @@ def test_refused_command_changes_nothing() -> None:
     assert out.error is not None and out.error.code == "bad_card"
     assert "expected a rank" in out.error.message
     assert table.engine.snapshot() == before
+
+
+def test_hello_clears_device_lost() -> None:
+    table = ready()
+    table.feed(DeviceLink(at=table.now(), connected=False))
+    m = table.mark()
+    table.hello()
+    assert [(a.code, a.active) for a in table.of("alarm", m)] == [("device_lost", False)]

@@ -583,6 +583,7 @@ class Engine:
         device.fw_version = hello.fw_version
         device.serial_no = hello.serial_no
         device.connected = True
+        self._alarm_clear("device_lost", "the shoe answered")
         if rebooted:
             for code in list(device.faults):
                 self._alarm_clear(f"fault:{code}", "cleared by the device's reboot")

@@ -1,0 +1,136 @@
+"""Faults against the real daemon: USB and pty unplug/replug, a full disk, kill -9."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pathlib
+import subprocess
+import time
+
+import pytest
+from faultlab import kill_run, scale
+from rig import rig, wait_for
+from test_daemon_e2e import check_shoe
+
+from shoed.broker import PrivateMosquitto
+from shoed.simulator import Script, SimulatedShoe
+from shoed.transport import UsbTransport
+from shoed.usb_sim import SimulatedUsbBackend
+
+pytestmark = pytest.mark.broker
+
+
+def test_usb_path_with_unplug_and_replug(tmp_path: pathlib.Path,
+                                         broker: PrivateMosquitto) -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        shoe = SimulatedShoe(decks=1, seed=4, script=Script(pace_s=0.02, shoes=1),
+                             now=loop.time())
+        backend = SimulatedUsbBackend(shoe)
+        backend.start()
+        try:
+            async with rig(tmp_path, broker, shoe=shoe,
+                           transport_factory=lambda: UsbTransport(0x1209, 0xBAC0,
+                                                                  backend=backend),
+                           device={"transport": "usb"}) as r:
+                c = r.collector
+                await wait_for(lambda: len(c.of("hand_result")) >= 1, 30, "a result over USB")
+                backend.unplug()
+                await wait_for(lambda: any(a["code"] == "device_lost" and a["active"]
+                                           for a in c.of("alarm")), 10, "device_lost raised")
+                await wait_for(lambda: c.retained.get("device", {}).get("connected") is False,
+                               10, "device topic says disconnected")
+                backend.replug()
+                await wait_for(lambda: any(a["code"] == "device_lost" and not a["active"]
+                                           for a in c.of("alarm")), 15, "device_lost cleared")
+                await wait_for(lambda: c.of("shoe_ended"), 60, "the shoe to end")
+                await wait_for(lambda: r.daemon._outbox_depth() == 0, 10, "outbox drained")
+                check_shoe(c.events, shoe.dealt)
+                await wait_for(lambda: c.retained.get("device", {}).get("connected") is True,
+                               10, "device topic says connected")
+        finally:
+            backend.stop()
+    asyncio.run(main())
+
+
+def test_pty_closed_and_reopened(tmp_path: pathlib.Path, broker: PrivateMosquitto) -> None:
+    async def main() -> None:
+        async with rig(tmp_path, broker, decks=1, seed=6,
+                       script=Script(pace_s=0.02, shoes=1)) as r:
+            c = r.collector
+            await wait_for(lambda: len(c.of("hand_result")) >= 1, 30, "a result")
+            assert r.pty is not None
+            r.pty.unplug()  # like pulling the USB-serial adapter
+            await wait_for(lambda: any(a["code"] == "device_lost" and a["active"]
+                                       for a in c.of("alarm")), 10, "device_lost raised")
+            await asyncio.sleep(0.5)
+            r.pty.plug()  # a new pty behind the same symlink, as udev's /dev/shoe
+            await wait_for(lambda: c.of("shoe_ended"), 60, "the shoe to end")
+            await wait_for(lambda: r.daemon._outbox_depth() == 0, 10, "outbox drained")
+            check_shoe(c.events, r.shoe.dealt)
+            assert any(a["code"] == "device_lost" and not a["active"] for a in c.of("alarm"))
+    asyncio.run(main())
+
+
+def _mount_tmpfs(path: pathlib.Path, size: str) -> bool:
+    if os.geteuid() != 0:
+        return False
+    path.mkdir(parents=True, exist_ok=True)
+    options = f"size={size},mode=0750"
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)],
+                          capture_output=True)
+    return done.returncode == 0
+
+
+def test_disk_full_stops_acks_then_recovers_without_loss(tmp_path: pathlib.Path,
+                                                         broker: PrivateMosquitto) -> None:
+    state = tmp_path / "state"
+    if not _mount_tmpfs(state, "4m"):
+        pytest.skip("needs root and mount(2) for a real full filesystem")
+
+    async def main() -> None:
+        async with rig(tmp_path, broker, decks=1, seed=9,
+                       script=Script(pace_s=0.03, shoes=1)) as r:
+            c = r.collector
+            await wait_for(lambda: len(c.of("hand_result")) >= 1, 30, "a result")
+            filler = state / "filler"
+            with open(filler, "wb") as f, pytest.raises(OSError):  # fill it to the last byte
+                while True:
+                    f.write(b"\0" * 65536)
+                    f.flush()
+            await wait_for(lambda: not r.daemon.storage_ok, 15, "storage_failed")
+            await wait_for(lambda: c.retained.get("status", {}).get("storage_ok") is False,
+                           10, "status says storage failed")
+            refused = await c.send({"request_id": "s1", "command": "end_shoe",
+                                    "operator": "sup"})
+            assert refused["error"]["code"] == "storage_failed"
+            acked = r.shoe.link.pending_count
+            assert acked >= 1  # the shoe keeps what was not ACKed
+            filler.unlink()
+            await wait_for(lambda: r.daemon.storage_ok, 20, "storage back")
+            await wait_for(lambda: c.of("shoe_ended"), 60, "the shoe to end")
+            await wait_for(lambda: r.daemon._outbox_depth() == 0, 10, "outbox drained")
+            codes = [(a["code"], a["active"]) for a in c.of("alarm")]
+            assert ("storage_failed", True) in codes and ("storage_failed", False) in codes
+            check_shoe(c.events, r.shoe.dealt)
+    try:
+        asyncio.run(main())
+    finally:
+        subprocess.run(["umount", "-l", str(state)], capture_output=True)
+
+
+def test_daemon_kill9_at_random_instants_loses_and_doubles_nothing(
+        tmp_path: pathlib.Path, broker: PrivateMosquitto) -> None:
+    started = time.monotonic()
+    report = asyncio.run(kill_run(tmp_path, broker, kills=scale(4, 50),
+                                  crash_points=scale(3, 20), seed=13))
+    check_shoe(report.events, report.dealt)
+    indexes = [e["card_index"] for e in report.events if e["type"] == "card"
+               and e["card_index"] is not None]
+    assert sorted(set(indexes)) == list(range(1, len(report.dealt) + 1))
+    assert report.events[0]["seq"] == 1
+    assert report.kills + report.crash_points == scale(7, 70)
+    print(f"kill -9 run: {report.kills} kills, {report.crash_points} crash points, "
+          f"{len(report.dealt)} cards, {len(report.events)} events, "
+          f"{time.monotonic() - started:.1f} s")
