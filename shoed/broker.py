@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import pathlib
+import pwd
 import shutil
 import socket
 import subprocess
@@ -54,7 +56,10 @@ class PrivateMosquitto:
         conf = self.dir / "mosquitto.conf"
         listener = "" if "listener" in self.extra_config else (
             f"listener {self.port} 127.0.0.1\nallow_anonymous true\n")
-        conf.write_text(listener + "persistence false\nlog_dest stderr\n"
+        # Started as root, mosquitto would drop to user "mosquitto", which cannot read a
+        # private temp dir: this broker is a private one, so it stays the caller's user.
+        as_user = f"user {pwd.getpwuid(os.geteuid()).pw_name}\n" if os.geteuid() == 0 else ""
+        conf.write_text(listener + as_user + "persistence false\nlog_dest stderr\n"
                         "log_type error\nlog_type warning\n" + self.extra_config)
         log = open(self.dir / "mosquitto.log", "ab")  # noqa: SIM115 - lives with the process
         self.proc = subprocess.Popen([mosquitto_binary(), "-c", str(conf)], stdout=log,

@@ -126,7 +126,8 @@ class Rig:
 @contextlib.asynccontextmanager
 async def rig(tmp_path: pathlib.Path, broker: PrivateMosquitto, script: Script | None = None,
               decks: int = 1, seed: int = 5, transport_factory: Any = None,
-              shoe: SimulatedShoe | None = None, **sections: Any) -> AsyncIterator[Rig]:
+              shoe: SimulatedShoe | None = None, collector: bool = True, **sections: Any
+              ) -> AsyncIterator[Rig]:
     loop = asyncio.get_running_loop()
     shoe = shoe or SimulatedShoe(decks=decks, seed=seed, script=script or Script(pace_s=0.0),
                                  now=loop.time())
@@ -139,10 +140,11 @@ async def rig(tmp_path: pathlib.Path, broker: PrivateMosquitto, script: Script |
     sections.setdefault("rules", {}).setdefault("decks", decks)
     settings = make_settings(tmp_path / "state", broker.url, port, **sections)
     daemon = Daemon(settings, transport_factory=transport_factory)
-    collector = Collector(broker.port, settings.topic_root)
-    r = Rig(daemon, shoe, pty, collector)
-    r.tasks.append(asyncio.create_task(collector.run()))
-    await wait_for(collector.connected.is_set, 10, "collector connected")
+    collecting = Collector(broker.port, settings.topic_root)
+    r = Rig(daemon, shoe, pty, collecting)
+    r.tasks.append(asyncio.create_task(collecting.run() if collector else asyncio.sleep(1e9)))
+    if collector:
+        await wait_for(collecting.connected.is_set, 10, "collector connected")
     r.tasks.append(asyncio.create_task(daemon.run()))
     if pty is not None:
         r.tasks.append(asyncio.create_task(pty.run()))

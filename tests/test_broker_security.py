@@ -1,0 +1,156 @@
+"""The broker side (deploy/mosquitto): TLS, passwords and the ACL, with the real daemon.
+
+A client without rights can neither command the table nor spoof its events, and the
+daemon works over TLS with authentication. Uses deploy/mosquitto/shoed.acl itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import pathlib
+import shutil
+import ssl
+import subprocess
+
+import aiomqtt
+import pytest
+from rig import rig, wait_for
+
+from shoed.broker import PrivateMosquitto, free_port
+from shoed.simulator import Script
+
+pytestmark = pytest.mark.broker
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+PASSWORDS = {"table-T9": "t9-secret-pw", "supervisor": "sup-pw", "consumer": "con-pw"}
+
+
+def make_pki(directory: pathlib.Path) -> None:
+    def run(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=directory)
+
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=shoed-ca",
+        "-keyout", "ca.key", "-out", "ca.crt")
+    run("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1", "-keyout",
+        "broker.key", "-out", "broker.csr")
+    (directory / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    run("x509", "-req", "-in", "broker.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+        "-CAcreateserial", "-days", "2", "-out", "broker.crt", "-extfile", "san.ext")
+
+
+@pytest.fixture
+def secure_broker(tmp_path: pathlib.Path):
+    if shutil.which("openssl") is None or shutil.which("mosquitto_passwd") is None:
+        pytest.fail("openssl and mosquitto_passwd are needed (apt-get install openssl mosquitto)")
+    pki = tmp_path / "pki"
+    pki.mkdir()
+    make_pki(pki)
+    passwd = tmp_path / "passwd"
+    for i, (user, password) in enumerate(PASSWORDS.items()):
+        flags = ["-c"] if i == 0 else []
+        subprocess.run(["mosquitto_passwd", *flags, "-b", str(passwd), user, password],
+                       check=True, capture_output=True)
+    acl = tmp_path / "acl"
+    acl.write_text((ROOT / "deploy/mosquitto/shoed.acl").read_text().replace("T01", "T9"))
+    port = free_port()
+    broker = PrivateMosquitto(port=port, extra_config=(
+        f"per_listener_settings false\nallow_anonymous false\npassword_file {passwd}\n"
+        f"acl_file {acl}\nlistener {port} 127.0.0.1\ncafile {pki / 'ca.crt'}\n"
+        f"certfile {pki / 'broker.crt'}\nkeyfile {pki / 'broker.key'}\n"), directory=tmp_path)
+    broker.start()
+    yield broker, pki
+    broker.stop()
+
+
+def tls(pki: pathlib.Path) -> ssl.SSLContext:
+    return ssl.create_default_context(cafile=str(pki / "ca.crt"))
+
+
+def test_acl_tls_and_authentication(tmp_path: pathlib.Path, secure_broker) -> None:
+    broker, pki = secure_broker
+    (tmp_path / "pw").write_text(PASSWORDS["table-T9"] + "\n")
+
+    async def main() -> None:
+        seen: list[dict] = []
+        responses: list[dict] = []
+        async with aiomqtt.Client("127.0.0.1", broker.port, username="supervisor",
+                                  password=PASSWORDS["supervisor"],
+                                  tls_context=tls(pki)) as watcher:
+            await watcher.subscribe("shoed/T9/#", qos=1)
+
+            async def watch() -> None:
+                async for message in watcher.messages:
+                    if str(message.topic) == "shoed/T9/events":
+                        seen.append(json.loads(message.payload))  # type: ignore[arg-type]
+                    elif str(message.topic) == "shoed/T9/cmd/response":
+                        responses.append(json.loads(message.payload))  # type: ignore[arg-type]
+
+            watching = asyncio.create_task(watch())
+            # A fake rig broker object carrying the TLS URL for the daemon.
+            broker_url = type("B", (), {"url": f"mqtts://127.0.0.1:{broker.port}",
+                                        "port": broker.port})()
+            async with rig(tmp_path, broker_url, decks=1, seed=2,  # type: ignore[arg-type]
+                           script=Script(pace_s=0.02, shoes=1), collector=False,
+                           mqtt={"username": "table-T9", "password_file": str(tmp_path / "pw"),
+                                 "ca_file": str(pki / "ca.crt")}) as r:
+                await wait_for(lambda: any(e["type"] == "hand_result" for e in seen), 30,
+                               "events over TLS with authentication")
+                # A consumer (read-only) tries to command the table and to spoof an event.
+                async with aiomqtt.Client("127.0.0.1", broker.port, username="consumer",
+                                          password=PASSWORDS["consumer"], tls_context=tls(pki),
+                                          protocol=aiomqtt.ProtocolVersion.V311) as rogue:
+                    await rogue.publish("shoed/T9/cmd", json.dumps({
+                        "request_id": "rogue-1", "command": "void_shoe", "operator": "rogue",
+                        "reason": "x"}), qos=1)
+                    await rogue.publish("shoed/T9/events", json.dumps({
+                        "event_id": "fake", "type": "hand_result", "seq": 1}), qos=1)
+                # A supervisor's command goes through.
+                await watcher.publish("shoed/T9/cmd", json.dumps({
+                    "request_id": "sup-1", "command": "recall", "operator": "supervisor"}),
+                    qos=1)
+                await wait_for(lambda: any(x["request_id"] == "sup-1" for x in responses), 10,
+                               "the supervisor's answer")
+                await asyncio.sleep(0.5)
+                assert not any(x["request_id"] == "rogue-1" for x in responses)
+                assert not any(e.get("event_id") == "fake" for e in seen)
+                assert r.daemon.stats["commands"] == 1  # the rogue command never arrived
+                assert r.daemon.engine is not None
+                assert r.daemon.engine.public_state()["shoe_state"] != "shoe_voided"
+            watching.cancel()
+        # No anonymous clients, no wrong passwords.
+        for user, password in ((None, None), ("supervisor", "wrong")):
+            with pytest.raises(aiomqtt.MqttError):
+                async with aiomqtt.Client("127.0.0.1", broker.port, username=user,
+                                          password=password, tls_context=tls(pki)):
+                    pass
+
+    asyncio.run(main())
+
+
+def test_password_never_logged(tmp_path: pathlib.Path, secure_broker,
+                               capsys: pytest.CaptureFixture[str]) -> None:
+    broker, pki = secure_broker
+    (tmp_path / "pw").write_text(PASSWORDS["table-T9"] + "\n")
+    from shoed import logs
+
+    logs.configure("json", "debug")
+
+    async def main() -> None:
+        broker_url = type("B", (), {"url": f"mqtts://127.0.0.1:{broker.port}",
+                                    "port": broker.port})()
+        async with rig(tmp_path, broker_url, decks=1, seed=3,  # type: ignore[arg-type]
+                       script=Script(pace_s=0.05, shoes=1), collector=False,
+                       mqtt={"username": "table-T9", "password_file": str(tmp_path / "pw"),
+                             "ca_file": str(pki / "ca.crt")}) as r:
+            await wait_for(lambda: r.daemon.mqtt_connected, 20, "connected")
+            r.daemon.log.info("probe", password="should-not-appear")
+            await asyncio.sleep(1.0)
+
+    try:
+        asyncio.run(main())
+    finally:
+        logs.configure("json", "warning")
+    out = capsys.readouterr()
+    text = out.out + out.err
+    assert "mqtt_connected" in text
+    assert PASSWORDS["table-T9"] not in text and "should-not-appear" not in text

@@ -1,0 +1,126 @@
+"""Configuration: TOML, environment overrides, errors naming the key and value."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import stat
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shoed.cli import main
+from shoed.config import ConfigError, load_manifest, load_settings
+from shoed.journal import StorageError, prepare_state_dir
+
+
+def write(tmp_path: pathlib.Path, text: str) -> pathlib.Path:
+    path = tmp_path / "shoed.toml"
+    path.write_text(text)
+    return path
+
+
+def test_toml_and_env_override(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write(tmp_path, '[table]\nid = "T07"\n[rules]\ndecks = 6\n[rules.payouts]\nbig = 0.52\n')
+    monkeypatch.setenv("SHOED_RULES__PAYOUTS__TIE", "9")
+    monkeypatch.setenv("SHOED_TABLE__BETTING_CONTROL", "none")
+    settings = load_settings(path)
+    assert settings.table.id == "T07" and settings.table.betting_control == "none"
+    table = settings.rules.paytable()
+    assert (table.big, table.tie, table.banker, settings.rules.decks) == (0.52, 9.0, 0.95, 6)
+    assert settings.topic_root == "shoed/T07"
+
+
+def test_super6_defaults() -> None:
+    os.environ.pop("SHOED_RULES__TABLE_TYPE", None)
+    table = load_settings(None).rules.model_copy(update={"table_type": "super6"}).paytable()
+    assert (table.banker, table.banker_on_six) == (1.0, 0.5)
+
+
+@pytest.mark.parametrize(("text", "needle"), [
+    ("[rules]\ndecks = 0\n", "rules.decks"),
+    ("[rules]\ndecks = 'x'\n", "got 'x'"),
+    ("[table]\nbetting_control = 'sometimes'\n", "table.betting_control"),
+    ("[mqtt]\nurl = 'http://x'\n", "mqtt.url"),
+    ("[device]\nvid = 'zz'\n", "device.vid"),
+    ("[nonsense]\na = 1\n", "nonsense"),
+    ("[rules.payouts]\nbig = -1\n", "rules.payouts.big"),
+    ("this is not toml", "not valid TOML"),
+])
+def test_bad_values_name_the_key(tmp_path: pathlib.Path, text: str, needle: str) -> None:
+    with pytest.raises(ConfigError, match=needle.replace(".", r"\.")):
+        load_settings(write(tmp_path, text))
+
+
+def test_env_override_error_names_key(tmp_path: pathlib.Path,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SHOED_RULES__DECKS", "many")
+    with pytest.raises(ConfigError, match=r"rules\.decks.*'many'"):
+        load_settings(write(tmp_path, ""))
+
+
+def test_check_config_cli(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = write(tmp_path, '[table]\nid = "T1"\n')
+    assert main(["check-config", str(good)]) == 0
+    assert "OK" in capsys.readouterr().out
+    bad = write(tmp_path, "[rules]\ndecks = 99\n")
+    assert main(["check-config", str(bad)]) == 2
+    assert "rules.decks" in capsys.readouterr().err
+
+
+def test_manifest(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "deck.csv"
+    path.write_text("uid,card\n04a1b2c3d4e5f6,AS\n04A1B2C3D4E5F7,td\n")
+    assert load_manifest(path) == {"04A1B2C3D4E5F6": "AS", "04A1B2C3D4E5F7": "TD"}
+    path.write_text("uid,card\n04a1b2c3,AS\n04A1B2C3,KD\n")
+    with pytest.raises(ConfigError, match="listed twice"):
+        load_manifest(path)
+    path.write_text("id,card\n")
+    with pytest.raises(ConfigError, match="header 'uid,card'"):
+        load_manifest(path)
+    path.write_text("uid,card\nzz,AS\n")
+    with pytest.raises(ConfigError, match="hex"):
+        load_manifest(path)
+
+
+def test_world_writable_state_dir_is_refused(tmp_path: pathlib.Path) -> None:
+    state = tmp_path / "state"
+    prepare_state_dir(state)
+    assert stat.S_IMODE(state.stat().st_mode) == 0o750
+    state.chmod(0o777)
+    with pytest.raises(StorageError, match="world-writable"):
+        prepare_state_dir(state)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.dictionaries(st.sampled_from(["table", "device", "mqtt", "rules", "cards", "state",
+                                        "junk"]),
+                       st.dictionaries(st.text("abcdefghijklmnopqrstuvwxyz_", min_size=1,
+                                               max_size=12),
+                                       st.one_of(st.integers(), st.text(max_size=10),
+                                                 st.booleans(), st.floats(allow_nan=False)),
+                                       max_size=3), max_size=4))
+def test_config_loader_fuzz_never_crashes(tmp_path_factory: pytest.TempPathFactory,
+                                          data: dict[str, dict[str, object]]) -> None:
+    import tomllib
+
+    lines = []
+    for section, values in data.items():
+        lines.append(f"[{section}]")
+        for key, value in values.items():
+            rendered = repr(value).lower() if isinstance(value, bool) else repr(value)
+            if isinstance(value, str):
+                rendered = '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+            lines.append(f"{key} = {rendered}")
+    text = "\n".join(lines) + "\n"
+    try:
+        tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        return
+    path = tmp_path_factory.mktemp("cfg") / "c.toml"
+    path.write_text(text)
+    try:
+        load_settings(path)
+    except ConfigError as error:
+        assert str(error)
