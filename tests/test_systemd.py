@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import re
@@ -80,10 +81,8 @@ format = "json"
     try:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
-            try:
+            with contextlib.suppress(TimeoutError):
                 messages.append((time.monotonic() - started, server.recv(4096).decode()))
-            except TimeoutError:
-                pass
             if sum("WATCHDOG=1" in m for _, m in messages) >= 3:
                 break
         proc.send_signal(signal.SIGTERM)
