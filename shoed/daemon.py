@@ -157,6 +157,7 @@ class Daemon:
         self._inputs_since_snapshot = 0
         self._client: aiomqtt.Client | None = None
         self.ready = asyncio.Event()
+        self._wrong_device = False
         self._crash_after = int(os.environ.get("SHOED_TEST_CRASH_AFTER_COMMIT", "0") or 0)
         self.stats: dict[str, int] = {"frames": 0, "published": 0, "commands": 0,
                                       "storage_failures": 0}
@@ -381,11 +382,18 @@ class Daemon:
         inputs += message_to_inputs(message, at, self.manifest, self.settings.cards.min_quality)
         if isinstance(message, Hello):
             self._status_dirty.set()
-            serial_no = self.settings.device.serial_no
-            if serial_no and message.serial_no != serial_no:
-                self.log.error("wrong_device", expected=serial_no, got=message.serial_no)
-                inputs = [Notice(at=at, code="protocol_mismatch",
-                                 message=f"expected shoe {serial_no}, got {message.serial_no}")]
+            expected = self.settings.device.serial_no
+            wrong = bool(expected) and message.serial_no != expected
+            if wrong and not self._wrong_device:
+                self.log.error("wrong_device", expected=expected, got=message.serial_no,
+                               action="nothing from it is ACKed or applied")
+                self.commit([Notice(at=at, code="protocol_mismatch",
+                                    message=f"expected shoe {expected}, "
+                                            f"got {message.serial_no}: refused")])
+            self._wrong_device = wrong
+        if self._wrong_device:
+            link.refuse(event.seq)  # not our shoe: no ACK, nothing applied
+            return
         if self.commit(inputs, dedup=event.dedup_after) is None:
             link.refuse(event.seq)
             return

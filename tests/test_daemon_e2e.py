@@ -139,3 +139,17 @@ def test_broker_stopped_and_restarted_mid_shoe_loses_nothing(
             check_shoe(r.collector.events, r.shoe.dealt)
             assert r.collector.events[0]["seq"] == 1
     asyncio.run(main())
+
+
+def test_a_shoe_with_another_serial_number_is_refused(tmp_path: pathlib.Path,
+                                                       broker: PrivateMosquitto) -> None:
+    async def main() -> None:
+        async with rig(tmp_path, broker, decks=1, seed=2, script=Script(pace_s=0.02),
+                       device={"serial_no": "SN-EXPECTED"}) as r:
+            await wait_for(lambda: r.collector.of("alarm"), 15, "the refusal alarm")
+            await asyncio.sleep(1.0)
+            (alarm,) = r.collector.of("alarm")
+            assert alarm["code"] == "protocol_mismatch" and "SIM-0001" in alarm["message"]
+            assert not r.collector.of("shoe_started") and not r.collector.of("card")
+            assert r.shoe.link.pending_count > 0  # nothing was ACKed: the shoe keeps it all
+    asyncio.run(main())
