@@ -8,7 +8,7 @@ import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests"))
 
-from table import CUT, UNREAD, Table  # noqa: E402
+from table import CUT, UNREAD, Table
 
 
 def main() -> None:

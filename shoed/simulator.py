@@ -126,15 +126,19 @@ class SimulatedShoe:
     def receive_data(self, data: bytes, now: float) -> None:
         self.link.receive_data(data, now)
         while (event := self.link.next_event()) is not None:
-            if isinstance(event, MessageReceived):
-                message = event.message
-                if isinstance(message, GetInfo):
-                    self._send(Hello(1, self.boot_id, self.capabilities, self.fw_version,
-                                     self.serial_no), now)
-                elif isinstance(message, SetGate):
-                    self.gate_locked = bool(message.locked)
-                elif isinstance(message, SetIndicator):
-                    self.indicator = message.pattern
+            self.on_link_event(event, now)
+
+    def on_link_event(self, event: Any, now: float) -> None:
+        """What the device does with a link event (benchmarks extend this to time ACKs)."""
+        if isinstance(event, MessageReceived):
+            message = event.message
+            if isinstance(message, GetInfo):
+                self._send(Hello(1, self.boot_id, self.capabilities, self.fw_version,
+                                 self.serial_no), now)
+            elif isinstance(message, SetGate):
+                self.gate_locked = bool(message.locked)
+            elif isinstance(message, SetIndicator):
+                self.indicator = message.pattern
 
     def data_to_send(self) -> bytes:
         data = self.link.data_to_send()
@@ -166,8 +170,8 @@ class SimulatedShoe:
     def poll(self, now: float) -> None:
         """Retransmit, heartbeat, and deal the next pull when it is time."""
         self.link.handle_timer(now)
-        while self.link.next_event() is not None:
-            pass
+        while (event := self.link.next_event()) is not None:
+            self.on_link_event(event, now)
         if self.finished:
             self._heartbeat(now)
             return

@@ -1,0 +1,249 @@
+"""Latency, throughput and footprint of shoed against a floor relay (docs/performance.md).
+
+    .venv/bin/python bench/latency.py --cards 1200            # latency: shoed and floor
+    .venv/bin/python bench/latency.py --throughput 600         # full-speed stop-and-wait
+    .venv/bin/python bench/latency.py --footprint              # RSS, idle CPU, start->READY
+
+Card-to-ACK: a CARD frame written to the pty -> its ACK read back. Card-to-event: the
+same frame -> the `card` event received by a subscriber on a local Mosquitto. Durability
+is on (shoed: SQLite WAL synchronous=FULL; floor: write + fsync). Each card is sent only
+when the previous one is ACKed and 20 ms have passed, so no sample waits in a queue.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import pathlib
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+import aiomqtt
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from firmware_protocol import Delivered  # noqa: E402
+from firmware_protocol.messages import Card  # noqa: E402
+from shoed.broker import PrivateMosquitto  # noqa: E402
+from shoed.simulator import PtyShoe, Script, SimulatedShoe  # noqa: E402
+
+
+class TimedShoe(SimulatedShoe):
+    """The simulated shoe, noting when each CARD frame went out and when its ACK came."""
+
+    def __post_init__(self) -> None:
+        self.sent: dict[int, float] = {}  # seq -> first transmission
+        self.acked: dict[int, float] = {}
+        self.card_seqs: list[int] = []
+        super().__post_init__()
+
+    def _send(self, message: Any, now: float) -> bool:
+        idle = self.link.idle
+        ok = super()._send(message, now)
+        if ok and isinstance(message, Card):
+            seq = (self.link.next_seq - 1) % 65536
+            self.card_seqs.append(seq)
+            if idle:
+                self.sent[seq] = time.perf_counter()
+        return ok
+
+    def on_link_event(self, event: Any, now: float) -> None:
+        if isinstance(event, Delivered):
+            self.acked.setdefault(event.seq, time.perf_counter())
+        super().on_link_event(event, now)
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    ms = [v * 1000 for v in values]
+    return {"n": len(ms), "p50": round(statistics.median(ms), 3), "p99": round(pct(ms, 0.99), 3),
+            "max": round(max(ms), 3)}
+
+
+def shoed_config(tmp: pathlib.Path, port: str, mqtt_port: int, decks: int) -> pathlib.Path:
+    config = tmp / "shoed.toml"
+    config.write_text(f"""
+[table]
+id = "B1"
+betting_control = "none"
+[device]
+port = "{port}"
+[mqtt]
+url = "mqtt://127.0.0.1:{mqtt_port}"
+[rules]
+decks = {decks}
+[state]
+dir = "{tmp / 'state'}"
+[log]
+format = "json"
+level = "warning"
+""")
+    return config
+
+
+async def run_target(target: str, cards: int, pace: float, broker: PrivateMosquitto,
+                     decks: int = 12) -> dict[str, Any]:
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix=f"bench-{target}-"))
+    loop = asyncio.get_running_loop()
+    shoes = max(1, cards // (decks * 52 - 30) + 1)
+    shoe = TimedShoe(decks=decks, seed=1, now=loop.time(),
+                     script=Script(pace_s=pace, shoes=shoes, cut_card_from_end=20))
+    pty = PtyShoe(shoe, link_path=tmp / "shoe")
+    pty.plug()
+    received: dict[int, float] = {}
+    topic = "shoed/B1/events" if target == "shoed" else "floor/events"
+    count = 0
+
+    async def subscribe(ready: asyncio.Event) -> None:
+        nonlocal count
+        async with aiomqtt.Client("127.0.0.1", broker.port) as client:
+            await client.subscribe(topic, qos=1)
+            ready.set()
+            first_seen: set[tuple[str, int]] = set()
+            async for message in client.messages:
+                now = time.perf_counter()
+                event = json.loads(message.payload)  # type: ignore[arg-type]
+                if target == "shoed":
+                    if event["type"] != "card" or event["card_index"] is None:
+                        continue
+                    key = (event["shoe_id"], event["card_index"])
+                    if key in first_seen:
+                        continue
+                    first_seen.add(key)
+                received[count] = now
+                count += 1
+
+    ready = asyncio.Event()
+    sub = asyncio.create_task(subscribe(ready))
+    await ready.wait()
+    runner = asyncio.create_task(pty.run())
+    if target == "shoed":
+        notify = tmp / "notify.sock"
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        sock.bind(str(notify))
+        sock.setblocking(False)
+        config = shoed_config(tmp, str(tmp / "shoe"), broker.port, decks)
+        start = time.perf_counter()
+        proc = subprocess.Popen([sys.executable, "-m", "shoed.cli", "run", "--config",
+                                 str(config)], env=dict(os.environ, NOTIFY_SOCKET=str(notify)),
+                                stdout=subprocess.DEVNULL)
+        ready_s = None
+        while ready_s is None and time.perf_counter() - start < 30:
+            try:
+                if b"READY=1" in sock.recv(4096):
+                    ready_s = time.perf_counter() - start
+            except BlockingIOError:
+                await asyncio.sleep(0.005)
+    else:
+        proc = subprocess.Popen([sys.executable, str(ROOT / "bench" / "floor_relay.py"),
+                                 str(tmp / "shoe"), str(broker.port), str(tmp / "floor.log")],
+                                stdout=subprocess.PIPE)
+        ready_s = None
+    started = time.perf_counter()
+    deadline = started + cards * max(pace, 0.004) * 3 + 120
+    while len(shoe.card_seqs) < cards and time.perf_counter() < deadline:
+        await asyncio.sleep(0.05)
+    sent_cards = len(shoe.card_seqs)
+    elapsed = time.perf_counter() - started
+    await asyncio.sleep(1.0)
+    rss_kb = None
+    status = pathlib.Path(f"/proc/{proc.pid}/status")
+    if status.exists():
+        for line in status.read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                rss_kb = int(line.split()[1])
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    runner.cancel()
+    sub.cancel()
+    pty.unplug()
+    to_ack = [shoe.acked[s] - shoe.sent[s] for s in shoe.card_seqs
+              if s in shoe.sent and s in shoe.acked]
+    to_event = []
+    for i, seq in enumerate(shoe.card_seqs):
+        if seq in shoe.sent and i in received:
+            to_event.append(received[i] - shoe.sent[seq])
+    return {"target": target, "cards_sent": sent_cards, "elapsed_s": round(elapsed, 2),
+            "cards_per_s": round(sent_cards / elapsed, 1),
+            "card_to_ack_ms": summary(to_ack) if to_ack else None,
+            "card_to_event_ms": summary(to_event) if to_event else None,
+            "rss_kb_after": rss_kb, "ready_s": round(ready_s, 3) if ready_s else None}
+
+
+async def footprint(broker: PrivateMosquitto, idle_s: float) -> dict[str, Any]:
+    """Idle CPU over `idle_s` with heartbeats, and RSS, of shoed with a shoe attached."""
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix="bench-idle-"))
+    loop = asyncio.get_running_loop()
+    shoe = SimulatedShoe(decks=8, seed=1, now=loop.time(), script=Script(pace_s=0, shoes=0))
+    shoe.finished = True  # heartbeats only
+    pty = PtyShoe(shoe, link_path=tmp / "shoe")
+    pty.plug()
+    runner = asyncio.create_task(pty.run())
+    config = shoed_config(tmp, str(tmp / "shoe"), broker.port, 8)
+    proc = subprocess.Popen([sys.executable, "-m", "shoed.cli", "run", "--config", str(config)],
+                            stdout=subprocess.DEVNULL)
+    await asyncio.sleep(5)
+
+    def cpu_ticks() -> int:
+        fields = pathlib.Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])
+
+    before = cpu_ticks()
+    await asyncio.sleep(idle_s)
+    used = (cpu_ticks() - before) / os.sysconf("SC_CLK_TCK")
+    rss = next(int(line.split()[1]) for line in
+               pathlib.Path(f"/proc/{proc.pid}/status").read_text().splitlines()
+               if line.startswith("VmRSS:"))
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=10)
+    runner.cancel()
+    pty.unplug()
+    return {"idle_s": idle_s, "cpu_s": round(used, 3),
+            "cpu_percent_of_one_core": round(100 * used / idle_s, 3), "rss_kb": rss}
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--cards", type=int, default=0, help="latency run: cards per target")
+    parser.add_argument("--pace", type=float, default=0.02)
+    parser.add_argument("--throughput", type=int, default=0, help="full-speed run: cards")
+    parser.add_argument("--footprint", action="store_true")
+    parser.add_argument("--idle", type=float, default=60.0)
+    parser.add_argument("--targets", default="shoed,floor")
+    args = parser.parse_args()
+    broker = PrivateMosquitto()
+    broker.start()
+    results: list[dict[str, Any]] = []
+    try:
+        for target in args.targets.split(","):
+            if args.cards:
+                results.append({"run": "latency", **await run_target(target, args.cards,
+                                                                     args.pace, broker)})
+            if args.throughput:
+                results.append({"run": "throughput", **await run_target(
+                    target, args.throughput, 0.0, broker)})
+        if args.footprint:
+            results.append({"run": "footprint", **await footprint(broker, args.idle)})
+    finally:
+        broker.stop()
+    print(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
