@@ -158,6 +158,7 @@ class Daemon:
         self._client: aiomqtt.Client | None = None
         self.ready = asyncio.Event()
         self._wrong_device = False
+        self._log_info = settings.log.level in ("debug", "info")
         self._crash_after = int(os.environ.get("SHOED_TEST_CRASH_AFTER_COMMIT", "0") or 0)
         self.stats: dict[str, int] = {"frames": 0, "published": 0, "commands": 0,
                                       "storage_failures": 0}
@@ -190,9 +191,8 @@ class Daemon:
         if last_event and engine.seq != last_event:
             self.log.error("journal_replay_mismatch", engine_seq=engine.seq,
                            journal_seq=last_event)
-        boot = journal.meta("dedup_boot_id")
-        last = journal.meta("dedup_last_seq")
-        dedup = DedupState(int(boot) if boot else None, int(last) if last else None)
+        boot, last = json.loads(journal.meta("dedup") or "[null, null]")
+        dedup = DedupState(boot, last)
         self.link = Link(Role.HOST, time.monotonic(), dedup=dedup)
         self.log.info("journal_restored", path=str(journal.path), snapshot_input=after,
                       replayed_inputs=replayed, seq=engine.seq,
@@ -212,13 +212,14 @@ class Daemon:
         assert engine is not None
         if journal is None or (not self.storage_ok and not self._storage_retry()):
             return None
-        rollback = engine.checkpoint(full=request_id is not None)
+        rollback = None
         outputs: list[Output] = []
         try:
             with journal.transaction():
                 for inp in inputs:
                     input_id = journal.add_input(inp.at, inp.model_dump_json())
                     out = engine.handle(inp)
+                    rollback = rollback or engine.last_rollback
                     outputs.append(out)
                     for event in out.events:
                         journal.add_event(event.seq, event.event_id, event.type,
@@ -227,17 +228,22 @@ class Daemon:
                     if request_id is not None:
                         journal.add_response(request_id, self._answer(request_id, out))
                 if dedup is not None:
-                    journal.set_meta("dedup_boot_id", str(dedup.boot_id or ""))
-                    journal.set_meta("dedup_last_seq", "" if dedup.last_seq is None
-                                     else str(dedup.last_seq))
+                    journal.set_meta("dedup", json.dumps([dedup.boot_id, dedup.last_seq]))
                 if inputs and self._inputs_since_snapshot >= self.settings.state.snapshot_every:
                     journal.save_snapshot(input_id, engine.snapshot())
                     self._inputs_since_snapshot = 0
         except StorageError as error:
-            engine.s = rollback()
+            if rollback is not None:
+                engine.s = rollback()
             self._storage_failed(str(error))
             return None
-        for out in outputs:
+        return outputs
+
+    def commit_and_apply(self, inputs: list[Input], dedup: DedupState | None = None,
+                         request_id: str | None = None) -> list[Output] | None:
+        """:meth:`commit`, then the effects that may follow the durable write."""
+        outputs = self.commit(inputs, dedup, request_id)
+        for out in outputs or ():
             self._after_output(out)
         return outputs
 
@@ -256,7 +262,7 @@ class Daemon:
         """Storage was failing: try to journal the alarm's raise and clear now."""
         assert self.engine is not None and self.journal is not None
         at = self.storage_failed_at or time.time()
-        rollback = self.engine.checkpoint(full=False)
+        rollback = None
         outputs = []
         try:
             with self.journal.transaction():
@@ -264,12 +270,14 @@ class Daemon:
                             StorageStatus(at=time.time(), ok=True, message="storage back")):
                     self.journal.add_input(inp.at, inp.model_dump_json())
                     out = self.engine.handle(inp)
+                    rollback = rollback or self.engine.last_rollback
                     outputs.append(out)
                     for event in out.events:
                         self.journal.add_event(event.seq, event.event_id, event.type,
                                                event.model_dump_json())
         except StorageError:
-            self.engine.s = rollback()
+            if rollback is not None:
+                self.engine.s = rollback()
             return False
         self.storage_ok = True
         self.storage_error = None
@@ -299,10 +307,16 @@ class Daemon:
             link.send(SetGate(1), time.monotonic(), coalesce=True)
             self._flush()
 
+    LOGGED_FIELDS = ("seq", "shoe_id", "hand_no", "card_index", "position", "card", "winner",
+                     "player_total", "banker_total", "code", "active", "message", "rule",
+                     "action", "reason", "operator", "command", "request_id")
+
     def _log_event(self, event: Any) -> None:
-        fields = event.model_dump(exclude={"schema_version", "table_id", "ts"})
-        level = "warning" if event.type == "alarm" and event.active else "info"
-        getattr(self.log, level)(f"event_{event.type}", **fields)
+        alarm = event.type == "alarm" and event.active
+        if not alarm and not self._log_info:
+            return  # filtered anyway: skip building the fields (the per-card hot path)
+        fields = {k: v for k in self.LOGGED_FIELDS if (v := getattr(event, k, None)) is not None}
+        getattr(self.log, "warning" if alarm else "info")(f"event_{event.type}", **fields)
 
     @staticmethod
     def _answer(request_id: str | None, out: Output) -> dict[str, Any]:
@@ -338,16 +352,16 @@ class Daemon:
                 self._on_frame(event)
             elif isinstance(event, ProtocolMismatch):
                 self.log.warning("protocol_mismatch", detail=event.detail, seq=event.seq)
-                self.commit([Notice(at=time.time(), code="protocol_mismatch",
+                self.commit_and_apply([Notice(at=time.time(), code="protocol_mismatch",
                                     message=event.detail)], dedup=event.dedup_after)
             elif isinstance(event, FrameRejected):
                 self.log.info("frame_rejected", reason=event.reason, detail=event.detail)
             elif isinstance(event, PeerLost):
                 self.log.warning("device_silent", seconds=5)
-                self.commit([DeviceLink(at=time.time(), connected=False)])
+                self.commit_and_apply([DeviceLink(at=time.time(), connected=False)])
                 self._status_dirty.set()
             elif isinstance(event, PeerAlive):
-                self.commit([DeviceLink(at=time.time(), connected=True)])
+                self.commit_and_apply([DeviceLink(at=time.time(), connected=True)])
                 self._status_dirty.set()
             elif isinstance(event, Dropped):
                 self.log.warning("host_frame_dropped", message=repr(event.message))
@@ -358,7 +372,7 @@ class Daemon:
         """Raise/clear device_lost when the engine's view differs from what we now know."""
         engine = self.engine
         if engine is not None and engine.s.device.connected != connected:
-            self.commit([DeviceLink(at=time.time(), connected=connected)])
+            self.commit_and_apply([DeviceLink(at=time.time(), connected=connected)])
             self._status_dirty.set()
 
     def _on_frame(self, event: MessageReceived) -> None:
@@ -387,18 +401,22 @@ class Daemon:
             if wrong and not self._wrong_device:
                 self.log.error("wrong_device", expected=expected, got=message.serial_no,
                                action="nothing from it is ACKed or applied")
-                self.commit([Notice(at=at, code="protocol_mismatch",
-                                    message=f"expected shoe {expected}, "
+                self.commit_and_apply([Notice(at=at, code="protocol_mismatch",
+                                              message=f"expected shoe {expected}, "
                                             f"got {message.serial_no}: refused")])
             self._wrong_device = wrong
         if self._wrong_device:
             link.refuse(event.seq)  # not our shoe: no ACK, nothing applied
             return
-        if self.commit(inputs, dedup=event.dedup_after) is None:
+        outputs = self.commit(inputs, dedup=event.dedup_after)
+        if outputs is None:
             link.refuse(event.seq)
             return
         self._maybe_crash()
         link.ack(event.seq)
+        self._flush()  # the ACK leaves before anything else is done
+        for out in outputs:
+            self._after_output(out)
         if isinstance(message, Malformed) and message.type_code == Hello.TYPE:
             link.send(GetInfo(), time.monotonic())
         if isinstance(message, Heartbeat | Hello | Fault):
@@ -464,7 +482,7 @@ class Daemon:
             self._drain_link()
             deadline = engine.next_deadline()
             if deadline is not None and time.time() >= deadline:
-                self.commit([Tick(at=time.time())])
+                self.commit_and_apply([Tick(at=time.time())])
             self._flush()
 
     # -- MQTT ----------------------------------------------------------------------------
@@ -509,6 +527,7 @@ class Daemon:
                         group.create_task(self._publisher(client))
                         group.create_task(self._listener(client))
                         group.create_task(self._retained_refresher(client))
+                        group.create_task(self._republish_after_connect(client))
             except* aiomqtt.MqttError as errors:
                 self.log.warning("mqtt_disconnected", error=str(errors.exceptions[0]),
                                  retry_in_s=backoff, outbox=self._outbox_depth())
@@ -545,11 +564,17 @@ class Daemon:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._outbox_wake.wait(), timeout=5.0)
                 continue
-            for seq, body in rows:
-                await client.publish(f"{self.root}/events", body, qos=1, timeout=timeout)
-                with contextlib.suppress(StorageError):
-                    journal.mark_published(seq)
-                self.stats["published"] += 1
+            last_acked: int | None = None
+            try:
+                for seq, body in rows:
+                    await client.publish(f"{self.root}/events", body, qos=1, timeout=timeout)
+                    last_acked = seq
+                    self.stats["published"] += 1
+            finally:
+                # Mark what got its PUBACK, also when the connection broke mid-batch.
+                if last_acked is not None:
+                    with contextlib.suppress(StorageError):
+                        journal.mark_published(last_acked)
             await self._publish_state(client)
 
     async def _publish_state(self, client: aiomqtt.Client) -> None:
@@ -594,10 +619,13 @@ class Daemon:
         self._state_published_seq = None
         await self._publish_state(client)
 
-    async def _retained_refresher(self, client: aiomqtt.Client) -> None:
-        """Republish retained topics shortly after connect and whenever they change."""
+    async def _republish_after_connect(self, client: aiomqtt.Client) -> None:
+        """Once, shortly after connect: in case the broker lost its retained messages."""
         await asyncio.sleep(RETAINED_REFRESH_S)
         await self._publish_retained(client)
+
+    async def _retained_refresher(self, client: aiomqtt.Client) -> None:
+        """Republish status and device whenever they change (and every 30 s)."""
         while True:
             self._status_dirty.clear()
             with contextlib.suppress(TimeoutError):
@@ -651,8 +679,8 @@ class Daemon:
                     "result": None}
         if isinstance(command, Replay):
             return self._replay(command)
-        outputs = self.commit([CommandInput(at=time.time(), command=command)],
-                              request_id=command.request_id)
+        outputs = self.commit_and_apply([CommandInput(at=time.time(), command=command)],
+                                        request_id=command.request_id)
         if outputs is None:
             return {"request_id": command.request_id, "ok": False,
                     "error": {"code": "storage_failed", "message": self.storage_error},

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 from collections.abc import MutableMapping
@@ -19,9 +20,30 @@ def _redact(logger: Any, method: str, event: MutableMapping[str, Any]) -> Mutabl
     return event
 
 
+class _SafeStream:
+    """Writes to `target` (default: whatever sys.stdout is at the time of writing).
+
+    A log line that cannot be written (journald restarting: EPIPE; a closed stream) is
+    dropped: logging must never take down the task that serves the shoe.
+    """
+
+    def __init__(self, target: Any = None) -> None:
+        self._target = target
+
+    def write(self, text: str) -> int:
+        try:
+            return int((self._target or sys.stdout).write(text))
+        except (OSError, ValueError):
+            return 0
+
+    def flush(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            (self._target or sys.stdout).flush()
+
+
 def configure(fmt: str = "auto", level: str = "info", file: Any = None) -> None:
     """JSON or console lines to stdout, or to `file` (an open text file) when given."""
-    stream = file or sys.stdout
+    stream = _SafeStream(file)
     console = fmt == "console" or (fmt == "auto" and file is None and sys.stdout.isatty())
     renderer: Any = (structlog.dev.ConsoleRenderer(colors=True) if console
                      else structlog.processors.JSONRenderer())

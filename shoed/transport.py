@@ -71,6 +71,9 @@ class _ThreadedTransport:
             raise
         except Exception as error:
             raise TransportLost(f"{self.description}: cannot open: {error}") from error
+        self._start_reading()
+
+    def _start_reading(self) -> None:
         reader = threading.Thread(target=self._reader, name="shoe-reader", daemon=True)
         self._threads = [reader]
         reader.start()
@@ -123,6 +126,7 @@ class SerialTransport(_ThreadedTransport):
         self.baudrate = baudrate
         self.description = f"serial {port}"
         self._serial: Any = None
+        self._fd: int | None = None
 
     def _open_blocking(self) -> None:
         import serial
@@ -138,6 +142,39 @@ class SerialTransport(_ThreadedTransport):
         waiting = serial_port.in_waiting
         data: bytes = serial_port.read(waiting or 1)
         return data
+
+    def _start_reading(self) -> None:
+        """A tty or socket has a file descriptor: let the event loop watch it (no thread
+        hop per frame). Anything else falls back to the reader thread."""
+        try:
+            fd = self._serial.fileno()
+        except Exception:
+            fd = None
+        if not isinstance(fd, int) or self._loop is None:
+            super()._start_reading()
+            return
+        self._fd = fd
+        self._loop.add_reader(fd, self._readable)
+
+    def _readable(self) -> None:
+        try:
+            data = self._serial.read(self._serial.in_waiting or 1)
+        except Exception as error:
+            self._stop_watching()
+            self._queue.put_nowait(TransportLost(f"{self.description}: {error}"))
+            return
+        if data:
+            self._queue.put_nowait(data)
+
+    def _stop_watching(self) -> None:
+        if self._fd is not None and self._loop is not None:
+            with contextlib.suppress(Exception):
+                self._loop.remove_reader(self._fd)
+        self._fd = None
+
+    async def close(self) -> None:
+        self._stop_watching()
+        await super().close()
 
     def _write_blocking(self, data: bytes) -> None:
         self._serial.write(data)

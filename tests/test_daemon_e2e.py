@@ -52,7 +52,8 @@ def test_full_8_deck_shoe_end_to_end(tmp_path: pathlib.Path, broker: PrivateMosq
             assert len(r.collector.of("hand_result")) > 60
             assert r.collector.of("last_hand")[0]["reason"] == "cut_card"
             assert r.collector.retained["status"]["online"] is True
-            assert r.collector.retained["device"]["connected"] is True
+            await wait_for(lambda: r.collector.retained["device"]["connected"] is True, 5,
+                           "device topic: connected")
             assert r.collector.retained["device"]["serial_no"] == "SIM-0001"
             await wait_for(lambda: r.collector.retained.get("state", {}).get("seq")
                            == events[-1]["seq"], 10, "state republished")

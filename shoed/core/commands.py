@@ -22,6 +22,7 @@ from pydantic import (
 )
 
 MAX_COMMAND_BYTES = 16 * 1024
+MAX_NESTING = 32
 
 
 class CommandBase(BaseModel):
@@ -124,6 +125,28 @@ def _describe(error: ValidationError) -> str:
     return "; ".join(parts)
 
 
+def nesting_depth(text: str) -> int:
+    """The deepest [ / { nesting outside JSON strings (a cheap pre-check before parsing)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    return deepest
+
+
 def parse_command(payload: bytes | str) -> Command | CommandRejection:
     """Validate one command payload. Never raises."""
     if len(payload) > MAX_COMMAND_BYTES:
@@ -131,8 +154,16 @@ def parse_command(payload: bytes | str) -> Command | CommandRejection:
             request_id=None, code="invalid_json",
             message=f"expected at most {MAX_COMMAND_BYTES} bytes, got {len(payload)}",
         )
+    text = payload.decode("utf-8", "replace") if isinstance(payload, bytes) else payload
+    depth = nesting_depth(text)
+    if depth > MAX_NESTING:
+        # Refused before parsing: deep nesting would reach the interpreter's recursion
+        # limit inside json/pydantic, which a hostile client must not be able to do.
+        return CommandRejection(request_id=None, code="invalid_json",
+                                message=f"expected JSON nested at most {MAX_NESTING} deep, "
+                                        f"got {depth}")
     try:
-        data: Any = json.loads(payload)
+        data: Any = json.loads(text)
     except (ValueError, RecursionError) as error:
         return CommandRejection(request_id=None, code="invalid_json",
                                 message=f"not valid JSON: {str(error)[:200]}")

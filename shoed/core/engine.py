@@ -283,6 +283,9 @@ class Engine:
         self.s = state or EngineState(instance_id=instance_id)
         self._out = Output()
         self._at = 0.0
+        #: Restores the state from before the latest handle(): the daemon uses it when the
+        #: journal cannot store what that input did (memory must not run ahead of disk).
+        self.last_rollback: Callable[[], EngineState] | None = None
 
     # -- public API ---------------------------------------------------------------------
 
@@ -296,6 +299,7 @@ class Engine:
     def handle(self, inp: Input) -> Output:
         """Apply one input. Never raises; a refused command changes nothing."""
         rollback = self.checkpoint(full=isinstance(inp, CommandInput))
+        self.last_rollback = rollback
         self._out = Output()
         self._at = inp.at
         try:
