@@ -6,7 +6,7 @@ import contextlib
 import logging
 import sys
 from collections.abc import MutableMapping
-from typing import Any
+from typing import Any, TextIO, cast
 
 import structlog
 
@@ -58,7 +58,7 @@ def configure(fmt: str = "auto", level: str = "info", file: Any = None) -> None:
         ],
         wrapper_class=structlog.make_filtering_bound_logger(
             getattr(logging, level.upper(), logging.INFO)),
-        logger_factory=structlog.PrintLoggerFactory(stream),
+        logger_factory=structlog.PrintLoggerFactory(cast(TextIO, stream)),
         cache_logger_on_first_use=False,
     )
     # Libraries (aiomqtt/paho) log through the standard library: keep them quiet but seen.
