@@ -309,18 +309,22 @@ class Link:
     def _on_device_frame(self, message: Message, seq: int) -> None:
         boot = self._dedup.boot_id
         new_boot = isinstance(message, Hello) and message.boot_id != boot
-        if not new_boot:
-            if self._dedup.last_seq == seq:
-                self.stats["duplicates"] += 1
-                self._control(Ack(seq))  # a retransmission of what we hold: ACK again
-                return
-            if self._delivered is not None and self._delivered.last_seq == seq:
-                return  # the original is not recorded yet: no ACK (durability rule)
+        after_boot = message.boot_id if isinstance(message, Hello) else boot
+        after = DedupState(after_boot, seq)
+        if self._delivered is not None and (
+                self._delivered == after
+                or (not isinstance(message, Hello) and self._delivered.last_seq == seq)):
+            # A copy of the frame delivered but not recorded yet (a new boot's HELLO
+            # included): no ACK, no second delivery (durability rule).
+            self.stats["duplicates"] += 1
+            return
+        if not new_boot and self._dedup.last_seq == seq:
+            self.stats["duplicates"] += 1
+            self._control(Ack(seq))  # a retransmission of what we hold: ACK again
+            return
         gap = 0
         if not new_boot and self._dedup.last_seq is not None:
             gap = (seq - self._dedup.last_seq - 1) % SEQ_MODULO
-        after_boot = message.boot_id if isinstance(message, Hello) else boot
-        after = DedupState(after_boot, seq)
         self._delivered = after
         self._events.append(MessageReceived(message, seq, gap, after))
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import os
 import pathlib
+import stat
 import tomllib
 from typing import Any, Literal
 
@@ -164,6 +165,7 @@ def load_settings(path: str | os.PathLike[str] | None) -> Settings:
         file = pathlib.Path(path)
         if not file.is_file():
             raise ConfigError(f"config file {file}: not found")
+        refuse_if_others_can(file, write=True, what="config file")
         try:
             tomllib.loads(file.read_text())
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
@@ -177,11 +179,26 @@ def load_settings(path: str | os.PathLike[str] | None) -> Settings:
         raise ConfigError(f"invalid configuration: {_describe(error)}") from error
     finally:
         os.environ.pop("_SHOED_CONFIG_FILE", None)
-    if settings.mqtt.password_file is not None and not settings.mqtt.password_file.is_file():
-        raise ConfigError(f"mqtt.password_file: {settings.mqtt.password_file} is not a file")
+    if settings.mqtt.password_file is not None:
+        if not settings.mqtt.password_file.is_file():
+            raise ConfigError(f"mqtt.password_file: {settings.mqtt.password_file} is not a file")
+        refuse_if_others_can(settings.mqtt.password_file, write=True, read=True,
+                             what="mqtt.password_file")
     if settings.cards.manifest is not None:
         load_manifest(settings.cards.manifest)
     return settings
+
+
+def refuse_if_others_can(path: pathlib.Path, *, what: str, write: bool = False,
+                         read: bool = False) -> None:
+    """Refuse a file that any user may change (or, for secrets, read)."""
+    mode = path.stat().st_mode
+    if write and mode & stat.S_IWOTH:
+        raise ConfigError(f"{what} {path} is world-writable (mode {stat.filemode(mode)}): "
+                          f"refusing to start; chmod o-w it")
+    if read and mode & stat.S_IROTH:
+        raise ConfigError(f"{what} {path} is world-readable (mode {stat.filemode(mode)}): "
+                          f"refusing to start; chmod o-r it")
 
 
 def load_manifest(path: pathlib.Path) -> dict[str, str]:

@@ -452,7 +452,11 @@ class Daemon:
             self.ready.set()
             try:
                 while True:
-                    self.on_bytes(await transport.read())
+                    data = await transport.read()
+                    try:
+                        self.on_bytes(data)
+                    except Exception:  # a bug must not stop the shoe being served
+                        self.log.exception("frame_handling_failed", bytes=data[:64].hex())
             except TransportLost as error:
                 self.log.warning("device_lost", error=str(error))
                 self._device_link(False)

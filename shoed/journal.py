@@ -49,6 +49,11 @@ def prepare_state_dir(path: pathlib.Path) -> None:
     if mode & stat.S_IWOTH:
         raise StorageError(f"state.dir {path} is world-writable (mode {stat.filemode(mode)}); "
                            f"refusing to keep the journal there: chmod o-w it")
+    if os.statvfs(path).f_flag & os.ST_RDONLY:
+        raise StorageError(f"state.dir {path} is on a read-only filesystem: nothing could be "
+                           f"journalled, so nothing would be ACKed")
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise StorageError(f"state.dir {path} is not writable by uid {os.geteuid()}")
 
 
 class Journal:

@@ -17,6 +17,7 @@ def build_shoe(args: argparse.Namespace, now: float, default_pace: float = 1.0
         pace_s=default_pace if args.pace is None else args.pace,
         multi_pull_rate=args.multi_pull_rate, unnecessary_rate=args.unnecessary_rate,
         unread_rate=args.unread_rate, noise_rate=args.noise_rate,
+        duplicate_rate=args.duplicate_rate, truncate_rate=args.truncate_rate,
         reboot_after_cards=args.reboot_after, shoes=args.shoes,
     )
     if args.rfid_manifest is not None:

@@ -62,6 +62,8 @@ class Script:
     unnecessary_rate: float = 0.0  # an extra card after a hand
     unread_rate: float = 0.0
     noise_rate: float = 0.0  # chance per write of corrupting a byte on the line
+    duplicate_rate: float = 0.0  # chance per write of the line delivering it twice
+    truncate_rate: float = 0.0  # chance per write of losing its tail
     reboot_after_cards: int | None = None
     cut_card_from_end: int = 14
     rfid: dict[str, str] | None = None  # card -> UID hex (then code_kind 2)
@@ -141,14 +143,27 @@ class SimulatedShoe:
                 self.indicator = message.pattern
 
     def data_to_send(self) -> bytes:
+        """The bytes for the line, with the script's line faults applied."""
         data = self.link.data_to_send()
-        if data and self.script.noise_rate and self.rng.random() < self.script.noise_rate:
-            i = self.rng.randrange(len(data))
-            data = data[:i] + bytes([self.rng.randrange(1, 256)]) + data[i + 1:]
+        if not data:
+            return data
+        script, rng = self.script, self.rng
+        if script.noise_rate and rng.random() < script.noise_rate:
+            i = rng.randrange(len(data))
+            data = data[:i] + bytes([rng.randrange(1, 256)]) + data[i + 1:]
+        if script.truncate_rate and rng.random() < script.truncate_rate:
+            data = data[: rng.randrange(len(data))]
+        if script.duplicate_rate and rng.random() < script.duplicate_rate:
+            data = data + data
         return data
 
     def next_wakeup(self) -> float:
-        candidates = [self._next_pull_at, self._last_heartbeat + 1.0]
+        """When poll() next has something to do (never 'now' forever: no busy loop)."""
+        candidates = [self._last_heartbeat + 1.0]
+        can_deal = not self.finished and not self.gate_locked and (
+            self.script.pace_s > 0 or self.link.pending_count < 2)
+        if can_deal:
+            candidates.append(self._next_pull_at)
         if (t := self.link.get_timer()) is not None:
             candidates.append(t)
         return min(candidates)

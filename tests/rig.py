@@ -87,6 +87,23 @@ class Collector:
         elif leaf in ("status", "device", "state"):
             self.retained[leaf] = data
 
+    def missing(self, last_seq: int) -> list[int]:
+        have = {e["seq"] for e in self.raw_events} | {e["seq"] for e in self.replayed}
+        return [s for s in range(1, last_seq + 1) if s not in have]
+
+    async def fill_gaps(self, last_seq: int) -> int:
+        """What a consumer does after missing events (a broker restart without
+        persistence): ask the daemon to `replay` them. Returns how many were missing."""
+        missing = self.missing(last_seq)
+        if missing:
+            answer = await self.send({"request_id": f"fill-{uuid.uuid4().hex[:8]}",
+                                      "command": "replay", "operator": "collector",
+                                      "from_seq": missing[0], "to_seq": missing[-1]})
+            assert answer["ok"], answer
+            await wait_for(lambda: not self.missing(last_seq), 10, "replayed events")
+            self.raw_events += self.replayed
+        return len(missing)
+
     async def send(self, payload: dict[str, Any] | str | bytes, timeout: float = 10.0
                    ) -> dict[str, Any]:
         """Publish a command and wait for its answer (by request_id)."""

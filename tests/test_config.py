@@ -124,3 +124,20 @@ def test_config_loader_fuzz_never_crashes(tmp_path_factory: pytest.TempPathFacto
         load_settings(path)
     except ConfigError as error:
         assert str(error)
+
+
+def test_world_writable_config_and_readable_password_are_refused(tmp_path: pathlib.Path) -> None:
+    path = write(tmp_path, '[table]\nid = "T1"\n')
+    path.chmod(0o666)
+    with pytest.raises(ConfigError, match="world-writable"):
+        load_settings(path)
+    path.chmod(0o640)
+    secret = tmp_path / "pw"
+    secret.write_text("hunter2")
+    secret.chmod(0o644)
+    path.write_text(f'[mqtt]\npassword_file = "{secret}"\n')
+    with pytest.raises(ConfigError, match="world-readable") as caught:
+        load_settings(path)
+    assert "hunter2" not in str(caught.value)
+    secret.chmod(0o640)
+    assert load_settings(path).mqtt.password_file == secret

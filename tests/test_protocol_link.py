@@ -281,3 +281,17 @@ def test_refused_frame_is_delivered_again_on_retransmission() -> None:
     assert isinstance(again, MessageReceived) and again.seq == 3
     host.ack(3)
     assert frames_of(host.data_to_send()) == [(0x7E, 0, Ack(3))]
+
+
+def test_new_boot_hello_duplicated_before_it_is_recorded_is_delivered_once() -> None:
+    host = Link(Role.HOST, 0.0, dedup=DedupState(0xAA, 17))
+    hello = wire(Hello(1, 0xBB, 0, "1", "S"), 0)
+    host.receive_data(hello + hello, 0.0)  # the line delivered it twice
+    (received,) = events(host)
+    assert received.dedup_after == DedupState(0xBB, 0)
+    assert host.data_to_send() == b""
+    host.ack(0)
+    assert frames_of(host.data_to_send()) == [(0x7E, 0, Ack(0))]
+    host.receive_data(hello, 0.3)  # a later retransmission: ACKed again, not delivered
+    assert events(host) == []
+    assert frames_of(host.data_to_send()) == [(0x7E, 0, Ack(0))]
