@@ -11,8 +11,9 @@ Invariants:
 - a retransmission is the same bytes: every 250 ms for 2 s, then every 1 s; a NAK 1/2
   retransmits at once at most 3 times per frame, a NAK 3 drops the frame;
 - host role: a device frame is delivered once. It is ACKed only when the caller says its
-  effect is durable (:meth:`Link.ack`); a copy arriving before that gets no ACK, a copy
-  of the last accepted frame of the same boot is ACKed again and not delivered;
+  effect is durable (:meth:`Link.ack`, in delivery order); a copy arriving before that
+  gets no ACK, a copy of the last accepted frame of the same boot is ACKed again and
+  not delivered; :meth:`Link.refuse` forgets an unrecorded frame (and any after it);
 - device role: every host frame is executed (delivered) and ACKed, duplicates included;
 - the decoder and the link never raise out of :meth:`receive_data`.
 """
@@ -159,7 +160,9 @@ class Link:
         self._in_flight: _Outgoing | None = None
         self._next_seq = next_seq % SEQ_MODULO
         self._dedup = dedup or DedupState()
-        self._delivered: DedupState | None = None  # host: delivered, not yet acked
+        # Host: delivered, not yet acked, in delivery order. A correct device has one at a
+        # time (stop-and-wait); a misbehaving one can have more in one chunk.
+        self._delivered: deque[DedupState] = deque()
         self._last_valid = now
         self._lost = False
         self._liveness_s = liveness_s
@@ -242,18 +245,27 @@ class Link:
         """Host role: the frame `seq` is durably recorded; acknowledge it now."""
         if self.role is not Role.HOST:
             raise LinkError("expected the host role for ack(), got the device role")
-        if self._delivered is None or self._delivered.last_seq != seq:
-            expected = None if self._delivered is None else self._delivered.last_seq
+        if not self._delivered or self._delivered[0].last_seq != seq:
+            expected = self._delivered[0].last_seq if self._delivered else None
             raise LinkError(f"expected ack of delivered seq {expected}, got {seq}")
-        self._dedup = self._delivered
-        self._delivered = None
+        self._dedup = self._delivered.popleft()
         self._control(Ack(seq))
 
     def refuse(self, seq: int) -> None:
         """Host role: frame `seq` could not be recorded. No ACK goes out, and its next
         retransmission is delivered again (the device keeps the card meanwhile)."""
-        if self._delivered is not None and self._delivered.last_seq == seq:
-            self._delivered = None
+        for index, pending in enumerate(self._delivered):
+            if pending.last_seq == seq:
+                # What was delivered after it cannot be recorded before it: withdraw those
+                # too, including their events not read yet (they come again with the
+                # device's retransmissions).
+                withdrawn = set()
+                while len(self._delivered) > index:
+                    withdrawn.add(self._delivered.pop())
+                self._events = deque(
+                    e for e in self._events
+                    if not (isinstance(e, MessageReceived) and e.dedup_after in withdrawn))
+                return
 
     # --- timers -----------------------------------------------------------------
 
@@ -311,9 +323,8 @@ class Link:
         new_boot = isinstance(message, Hello) and message.boot_id != boot
         after_boot = message.boot_id if isinstance(message, Hello) else boot
         after = DedupState(after_boot, seq)
-        if self._delivered is not None and (
-                self._delivered == after
-                or (not isinstance(message, Hello) and self._delivered.last_seq == seq)):
+        if any(pending == after or (not isinstance(message, Hello) and pending.last_seq == seq)
+               for pending in self._delivered):
             # A copy of the frame delivered but not recorded yet (a new boot's HELLO
             # included): no ACK, no second delivery (durability rule).
             self.stats["duplicates"] += 1
@@ -323,9 +334,10 @@ class Link:
             self._control(Ack(seq))  # a retransmission of what we hold: ACK again
             return
         gap = 0
-        if not new_boot and self._dedup.last_seq is not None:
-            gap = (seq - self._dedup.last_seq - 1) % SEQ_MODULO
-        self._delivered = after
+        previous = self._delivered[-1] if self._delivered else self._dedup
+        if not new_boot and previous.last_seq is not None:
+            gap = (seq - previous.last_seq - 1) % SEQ_MODULO
+        self._delivered.append(after)
         self._events.append(MessageReceived(message, seq, gap, after))
 
     def _on_control(self, message: Message, now: float) -> None:

@@ -295,3 +295,27 @@ def test_new_boot_hello_duplicated_before_it_is_recorded_is_delivered_once() -> 
     host.receive_data(hello, 0.3)  # a later retransmission: ACKed again, not delivered
     assert events(host) == []
     assert frames_of(host.data_to_send()) == [(0x7E, 0, Ack(0))]
+
+
+def test_two_new_frames_in_one_chunk_are_acked_in_order() -> None:
+    """A shoe that breaks stop-and-wait: both frames delivered, ACKed in delivery order."""
+    host = Link(Role.HOST, 0.0)
+    host.receive_data(wire(card(1), 10) + wire(card(2), 11), 0.0)
+    first, second = events(host)
+    assert (first.seq, second.seq, second.gap) == (10, 11, 0)
+    with pytest.raises(LinkError, match="expected ack of delivered seq 10, got 11"):
+        host.ack(11)
+    host.ack(10)
+    host.ack(11)
+    assert host.dedup_state == DedupState(None, 11)
+
+
+def test_refusing_a_frame_withdraws_the_unread_ones_after_it() -> None:
+    host = Link(Role.HOST, 0.0)
+    host.receive_data(wire(card(1), 10) + wire(card(2), 11), 0.0)
+    first = host.next_event()
+    assert isinstance(first, MessageReceived)
+    host.refuse(10)  # could not be stored: 11 cannot be recorded before it
+    assert host.next_event() is None
+    host.receive_data(wire(card(1), 10), 0.3)  # the device retransmits
+    assert [e.seq for e in events(host)] == [10]
