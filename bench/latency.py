@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 from firmware_protocol import Delivered  # noqa: E402
 from firmware_protocol.messages import Card  # noqa: E402
 from shoed.broker import PrivateMosquitto  # noqa: E402
+from shoed.config import write_config  # noqa: E402
 from shoed.simulator import PtyShoe, Script, SimulatedShoe  # noqa: E402
 
 
@@ -74,24 +75,14 @@ def summary(values: list[float]) -> dict[str, float]:
 
 
 def shoed_config(tmp: pathlib.Path, port: str, mqtt_port: int, decks: int) -> pathlib.Path:
-    config = tmp / "shoed.toml"
-    config.write_text(f"""
-[table]
-id = "B1"
-betting_control = "none"
-[device]
-port = "{port}"
-[mqtt]
-url = "mqtt://127.0.0.1:{mqtt_port}"
-[rules]
-decks = {decks}
-[state]
-dir = "{tmp / 'state'}"
-[log]
-format = "json"
-level = "warning"
-""")
-    return config
+    return write_config(tmp / "shoed.toml", {
+        "table": {"id": "B1", "betting_control": "none"},
+        "device": {"port": port},
+        "mqtt": {"url": f"mqtt://127.0.0.1:{mqtt_port}"},
+        "rules": {"decks": decks},
+        "state": {"dir": str(tmp / "state")},
+        "log": {"format": "json", "level": "warning"},
+    })
 
 
 async def run_target(target: str, cards: int, pace: float, broker: PrivateMosquitto,

@@ -189,6 +189,33 @@ def load_settings(path: str | os.PathLike[str] | None) -> Settings:
     return settings
 
 
+def dump_toml(sections: dict[str, dict[str, Any]]) -> str:
+    """Render a config (sections of scalar keys) as TOML, e.g. for a test or a bench.
+
+    Nested tables are given by dotted section names (``"rules.payouts"``).
+    """
+    lines: list[str] = []
+    for section, values in sections.items():
+        lines.append(f"[{section}]")
+        for key, value in values.items():
+            if isinstance(value, bool):
+                rendered = "true" if value else "false"
+            elif isinstance(value, int | float):
+                rendered = repr(value)
+            else:
+                rendered = '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+            lines.append(f"{key} = {rendered}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write_config(path: pathlib.Path, sections: dict[str, dict[str, Any]]) -> pathlib.Path:
+    """Write `sections` as a TOML config file readable only by its owner's group."""
+    path.write_text(dump_toml(sections))
+    path.chmod(0o640)
+    return path
+
+
 def refuse_if_others_can(path: pathlib.Path, *, what: str, write: bool = False,
                          read: bool = False) -> None:
     """Refuse a file that any user may change (or, for secrets, read)."""

@@ -47,6 +47,7 @@ from firmware_protocol import (
 from firmware_protocol.messages import Capability, OpticalCode, RfidCode, UnidentifiedCode
 
 from . import __version__, logs
+from .aio import wait_event
 from .clock import clock_synchronised
 from .config import Settings, load_manifest
 from .core.commands import Command, CommandRejection, Replay, parse_command
@@ -480,8 +481,7 @@ class Daemon:
                 deadlines.append(d - time.time())
             delay = max(0.0, min(deadlines)) if deadlines else 1.0
             self._timer_wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._timer_wake.wait(), timeout=min(delay, 1.0))
+            await wait_event(self._timer_wake, min(delay, 1.0))
             link.handle_timer(time.monotonic())
             self._drain_link()
             deadline = engine.next_deadline()
@@ -557,7 +557,7 @@ class Daemon:
         journal = self.journal
         assert journal is not None
         timeout = self.settings.mqtt.publish_timeout_s
-        while True:
+        while not self._stopping.is_set():
             self._outbox_wake.clear()
             try:
                 rows = journal.unpublished()
@@ -565,8 +565,7 @@ class Daemon:
                 rows = []
             if not rows:
                 await self._publish_state(client)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._outbox_wake.wait(), timeout=5.0)
+                await wait_event(self._outbox_wake, 5.0)
                 continue
             last_acked: int | None = None
             try:
@@ -630,10 +629,9 @@ class Daemon:
 
     async def _retained_refresher(self, client: aiomqtt.Client) -> None:
         """Republish status and device whenever they change (and every 30 s)."""
-        while True:
+        while not self._stopping.is_set():
             self._status_dirty.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._status_dirty.wait(), timeout=30.0)
+            await wait_event(self._status_dirty, 30.0)
             await client.publish(f"{self.root}/status", json.dumps(self.status_payload()),
                                  qos=1, retain=True)
             await client.publish(f"{self.root}/device", json.dumps(self.device_payload()),
@@ -741,8 +739,7 @@ class Daemon:
                     self.journal.prune(self.settings.state.retention_days, time.time())
 
     async def _sleep(self, seconds: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stopping.wait(), timeout=seconds)
+        await wait_event(self._stopping, seconds)
 
     def request_stop(self) -> None:
         self._stopping.set()

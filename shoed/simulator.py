@@ -42,6 +42,7 @@ from firmware_protocol import (
 )
 from firmware_protocol.messages import Capability
 
+from .aio import wait_event
 from .core.cards import ALL_CARDS
 from .core.engine import PB_POSITIONS, Engine, EngineConfig
 from .core.errors import RulesError
@@ -271,8 +272,8 @@ class SimulatedShoe:
             self.card_index += 1
             self.cards_dealt += 1
             self.dealt.append(card)
-            if self.record_to is not None:
-                self.record_to.write(card + "\n")
+            if self.record_to is not None:  # card, then when it left (CLOCK_MONOTONIC)
+                self.record_to.write(f"{card}\t{now:.6f}\n")
             if self.rng.random() < self.script.unread_rate:
                 items.append(CardUnread(up, self.card_index, self._pull_id, pos, size, 1))
             elif self.script.rfid is not None:
@@ -371,8 +372,7 @@ class PtyShoe:
             self._write()
             delay = max(0.0, self.shoe.next_wakeup() - loop.time())
             self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=min(delay, 0.5))
+            await wait_event(self._wake, min(delay, 0.5))
 
 
 class TcpShoe:
@@ -403,5 +403,4 @@ class TcpShoe:
                 self._writer.write(data)
             delay = max(0.0, self.shoe.next_wakeup() - loop.time())
             self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=min(delay, 0.5))
+            await wait_event(self._wake, min(delay, 0.5))

@@ -19,6 +19,7 @@ from typing import Any
 from rig import Collector, wait_for
 
 from shoed.broker import PrivateMosquitto
+from shoed.config import write_config as config_file
 
 LONG = os.environ.get("SHOED_FAULTS") == "long"
 
@@ -37,27 +38,14 @@ class KillReport:
 
 
 def write_config(tmp: pathlib.Path, broker: PrivateMosquitto, decks: int) -> pathlib.Path:
-    config = tmp / "shoed.toml"
-    config.write_text(f"""
-[table]
-id = "T9"
-betting_control = "none"
-[device]
-port = "{tmp / 'shoe'}"
-reconnect_max_s = 0.3
-[mqtt]
-url = "{broker.url}"
-publish_timeout_s = 3.0
-[rules]
-decks = {decks}
-[state]
-dir = "{tmp / 'state'}"
-snapshot_every = 16
-[log]
-format = "json"
-level = "warning"
-""")
-    return config
+    return config_file(tmp / "shoed.toml", {
+        "table": {"id": "T9", "betting_control": "none"},
+        "device": {"port": str(tmp / "shoe"), "reconnect_max_s": 0.3},
+        "mqtt": {"url": broker.url, "publish_timeout_s": 3.0},
+        "rules": {"decks": decks},
+        "state": {"dir": str(tmp / "state"), "snapshot_every": 16},
+        "log": {"format": "json", "level": "warning"},
+    })
 
 
 def start_daemon(config: pathlib.Path, log: pathlib.Path, crash_after: int = 0
@@ -126,5 +114,6 @@ async def kill_run(tmp: pathlib.Path, broker: PrivateMosquitto, kills: int, cras
         collector_task.cancel()
         await asyncio.gather(collector_task, return_exceptions=True)
     report.events = collector.events
-    report.dealt = (tmp / "dealt.txt").read_text().split()
+    report.dealt = [line.split("\t")[0] for line in
+                    (tmp / "dealt.txt").read_text().splitlines() if line]
     return report

@@ -172,6 +172,10 @@ async def rig(tmp_path: pathlib.Path, broker: PrivateMosquitto, script: Script |
         await asyncio.wait(r.tasks[1:2], timeout=10)
         for task in r.tasks:
             task.cancel()
-        await asyncio.gather(*r.tasks, return_exceptions=True)
+        _, stuck = await asyncio.wait(r.tasks, timeout=15)
         if pty is not None:
             pty.unplug()
+        if stuck:  # never hang a test run: say which task would not stop, and where
+            for task in stuck:
+                task.print_stack()
+            raise AssertionError(f"{len(stuck)} task(s) did not stop after cancel")
