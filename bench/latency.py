@@ -130,7 +130,8 @@ async def run_target(target: str, cards: int, pace: float, broker: PrivateMosqui
         start = time.perf_counter()
         proc = subprocess.Popen([sys.executable, "-m", "shoed.cli", "run", "--config",
                                  str(config)], env=dict(os.environ, NOTIFY_SOCKET=str(notify)),
-                                stdout=subprocess.DEVNULL)
+                                stdout=open(tmp / "shoed.log", "wb"),  # noqa: SIM115
+                                stderr=subprocess.STDOUT)
         ready_s = None
         while ready_s is None and time.perf_counter() - start < 30:
             try:

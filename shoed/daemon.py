@@ -159,6 +159,7 @@ class Daemon:
         self._client: aiomqtt.Client | None = None
         self.ready = asyncio.Event()
         self._wrong_device = False
+        self._last_status = ""
         self._log_info = settings.log.level in ("debug", "info")
         self._crash_after = int(os.environ.get("SHOED_TEST_CRASH_AFTER_COMMIT", "0") or 0)
         self.stats: dict[str, int] = {"frames": 0, "published": 0, "commands": 0,
@@ -719,11 +720,13 @@ class Daemon:
     # -- housekeeping, notify, run ----------------------------------------------------------
 
     def _notify_status(self) -> None:
-        self.notifier.notify(STATUS=(
-            f"device {'connected' if self.device_connected else 'disconnected'}, "
-            f"broker {'connected' if self.mqtt_connected else 'disconnected'}, "
-            f"outbox {self._outbox_depth()}"
-            + ("" if self.storage_ok else ", STORAGE FAILED")))
+        status = (f"device {'connected' if self.device_connected else 'disconnected'}, "
+                  f"broker {'connected' if self.mqtt_connected else 'disconnected'}, "
+                  f"outbox {self._outbox_depth()}"
+                  + ("" if self.storage_ok else ", STORAGE FAILED"))
+        if status != self._last_status:  # systemd needs changes, not repetitions
+            self._last_status = status
+            self.notifier.notify(STATUS=status)
 
     async def housekeeping_loop(self) -> None:
         interval = self.notifier.watchdog_interval_s

@@ -18,6 +18,9 @@ class Notifier:
         if address:
             self.address = "\0" + address[1:] if address.startswith("@") else address
             self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+            # Never block the event loop: a receiver that does not read (a hung or slow
+            # manager) would otherwise freeze the daemon in sendto() once its queue is full.
+            self._socket.setblocking(False)
         self.watchdog_interval_s = self._watchdog_interval()
 
     @staticmethod
@@ -42,7 +45,7 @@ class Notifier:
         message = "\n".join(f"{k}={v}" for k, v in fields.items()).encode()
         try:
             self._socket.sendto(message, self.address)
-        except OSError:
+        except OSError:  # BlockingIOError included: dropped rather than wait
             return False
         return True
 

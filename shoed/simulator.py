@@ -160,14 +160,15 @@ class SimulatedShoe:
 
     def next_wakeup(self) -> float:
         """When poll() next has something to do (never 'now' forever: no busy loop)."""
-        candidates = [self._last_heartbeat + 1.0]
-        can_deal = not self.finished and not self.gate_locked and (
+        # A heartbeat goes only on an idle link; while busy, the link's timer wakes us.
+        candidates = [self._last_heartbeat + 1.0] if self.link.idle else []
+        can_deal = not self.finished and (not self.gate_locked or self._between_shoes()) and (
             self.script.pace_s > 0 or self.link.pending_count < 2)
         if can_deal:
             candidates.append(self._next_pull_at)
         if (t := self.link.get_timer()) is not None:
             candidates.append(t)
-        return min(candidates)
+        return min(candidates, default=self._last_heartbeat + 1.0)
 
     # -- the dealer ---------------------------------------------------------------------
 
@@ -191,13 +192,20 @@ class SimulatedShoe:
         if self.finished:
             self._heartbeat(now)
             return
-        if now >= self._next_pull_at and not self.gate_locked:
+        if now >= self._next_pull_at and (not self.gate_locked or self._between_shoes()):
             full_speed = self.script.pace_s <= 0
             if not full_speed or self.link.pending_count < 2:
                 self._deal(now)
                 pace = self.script.pace_s
                 self._next_pull_at = now + (pace * self.rng.uniform(0.7, 1.3) if pace else 0.0)
         self._heartbeat(now)
+
+    def _between_shoes(self) -> bool:
+        """No shoe in the device, or the last one ended: loading a shoe is not a draw,
+        so the exit gate (locked after the last hand) does not stop it."""
+        mirror = self._mirror
+        return mirror is None or mirror.public_state()["shoe_state"] in ("shoe_ended",
+                                                                          "shoe_voided")
 
     def _heartbeat(self, now: float) -> None:
         if self.link.idle and now - self._last_heartbeat >= 1.0:
