@@ -50,18 +50,20 @@ def _cmd_check_config(args: argparse.Namespace) -> int:
 
 
 def _cmd_schema(args: argparse.Namespace) -> int:
-    from pydantic import TypeAdapter
-
     from .core.commands import COMMAND_ADAPTER
-    from .core.events import EVENT_ADAPTER
+    from .core.events import EVENT_ADAPTER, StateSnapshot
 
-    state_schema = {"type": "object", "description": "the retained {root}/state snapshot",
-                    "required": ["schema_version", "seq", "shoe_state"]}
+    response = {"type": "object", "required": ["request_id", "ok", "error", "result"],
+                "properties": {"request_id": {"type": ["string", "null"]},
+                               "ok": {"type": "boolean"},
+                               "error": {"type": ["object", "null"], "properties": {
+                                   "code": {"type": "string"}, "message": {"type": "string"}}},
+                               "result": {}}}
     print(json.dumps({
         "events": EVENT_ADAPTER.json_schema(),
         "commands": COMMAND_ADAPTER.json_schema(),
-        "state": state_schema,
-        "response": TypeAdapter(dict).json_schema(),
+        "state": StateSnapshot.model_json_schema(),
+        "response": response,
     }, indent=2))
     return 0
 

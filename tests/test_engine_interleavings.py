@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 from table import CUT, UNREAD, Table
 
 from shoed.core.cards import ALL_CARDS
-from shoed.core.engine import Engine
+from shoed.core.engine import TRANSITIONS, Engine
+from shoed.core.events import StateSnapshot
 from shoed.core.inputs import DeviceLink, Notice, StorageStatus
 
 STATES = {"no_shoe", "commencement", "between_hands", "dealing", "held", "shoe_ended",
@@ -94,10 +95,14 @@ def test_random_interleavings(mode: str, profile: str, commenced: bool,
     table.hello()
     if commenced:
         table.commence("AS", ["2C"])
+    previous = table.state["shoe_state"]
     for act in actions:
         run(table, act)
         state = table.state
+        StateSnapshot.model_validate(state)  # the published schema and the engine agree
         assert state["shoe_state"] in STATES
+        assert state["shoe_state"] in TRANSITIONS[previous], (previous, act, state["shoe_state"])
+        previous = state["shoe_state"]
         assert not [e for e in table.of("alarm") if e.code == "engine_error"], act
     seqs = [e.seq for e in table.events]
     assert seqs == list(range(1, len(seqs) + 1))

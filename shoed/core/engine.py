@@ -73,6 +73,25 @@ CAP_GATE = 1 << 2
 CAP_INDICATOR = 1 << 3
 INDICATOR = {"off": 0, "burn": 1, "player": 2, "banker": 3, "last_hand": 4, "stop": 5}
 
+#: The transition table: from each public `shoe_state`, the states one input may lead
+#: to (itself included). One input can pass through several states (a pull whose last
+#: item completes a hand and whose extra card starts the next), so a state may reach
+#: more than its neighbours. The engine never leaves this table (tested on random
+#: interleavings of inputs).
+TRANSITIONS: dict[str, frozenset[str]] = {
+    "no_shoe": frozenset({"no_shoe", "commencement"}),
+    "commencement": frozenset({"commencement", "between_hands", "dealing", "held",
+                               "shoe_ended", "shoe_voided"}),
+    "between_hands": frozenset({"between_hands", "dealing", "held", "shoe_ended",
+                                "shoe_voided", "commencement"}),
+    "dealing": frozenset({"dealing", "held", "between_hands", "shoe_ended", "shoe_voided",
+                          "commencement"}),
+    "held": frozenset({"held", "dealing", "between_hands", "shoe_ended", "shoe_voided",
+                       "commencement"}),
+    "shoe_ended": frozenset({"shoe_ended", "commencement"}),
+    "shoe_voided": frozenset({"shoe_voided", "commencement"}),
+}
+
 BettingControl = Literal["commands", "none"]
 UnnecessaryProfile = Literal["burn_then_player", "burn_then_void"]
 

@@ -143,3 +143,72 @@ EVENT_TYPES = (
     ShoeStarted, Commencement, CardEvent, BettingClosed, HandResultEvent, HandVoided,
     LastHand, ShoeEnded, ShoeVoided, Procedure, Alarm, SupervisorAction,
 )
+
+
+# --- the retained {root}/state snapshot (mqtt-api.md section 3) ------------------------
+
+
+class _StateModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class StateCard(_StateModel):
+    position: str | None
+    card: str | None
+    card_index: int
+
+
+class StatePendingCard(_StateModel):
+    card: str | None
+    card_index: int
+
+
+class StateCommencement(_StateModel):
+    card: str | None
+    burn_count: int | None
+    burns_drawn: int
+
+
+class StateHold(_StateModel):
+    reasons: list[str]
+    card_index: int | None
+    allowed: list[str]
+
+
+class StateAlarm(_StateModel):
+    alarm_id: str
+    code: str
+    since: str
+    card_index: int | None
+    fault_code: int | None
+
+
+class StateNextHand(_StateModel):
+    hand_no: int
+    burn: str | None
+    P1: str | None
+    unnecessary_count: int
+
+
+class StateSnapshot(_StateModel):
+    """What `{root}/state` carries; `seq` is the last event it reflects."""
+
+    schema_version: Literal[1]
+    seq: int
+    shoe_id: str | None
+    shoe_state: Literal["no_shoe", "commencement", "between_hands", "dealing", "held",
+                        "shoe_ended", "shoe_voided"]
+    betting: Literal["open", "closed"] | None
+    hand_no: int | None
+    last_hand: bool
+    cards: list[StateCard]
+    pending_cards: list[StatePendingCard]
+    next_position: str | None
+    commencement: StateCommencement | None
+    hold: StateHold | None
+    alarms: list[StateAlarm]
+    hands_played: int
+    hands_voided: int
+    gate_locked: bool
+    indicator: int
+    next_hand: StateNextHand | None = None
