@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import signal
@@ -160,6 +161,9 @@ class Daemon:
         self.ready = asyncio.Event()
         self._wrong_device = False
         self._last_status = ""
+        self._unapplied: list[tuple[int, Input]] = []  # recorded, effect not yet written
+        self._fresh: list[tuple[int, str]] = []  # events just written, for the publisher
+        self._last_published = -1  # unknown until the outbox has been read once
         self._log_info = settings.log.level in ("debug", "info")
         self._crash_after = int(os.environ.get("SHOED_TEST_CRASH_AFTER_COMMIT", "0") or 0)
         self.stats: dict[str, int] = {"frames": 0, "published": 0, "commands": 0,
@@ -185,9 +189,17 @@ class Daemon:
             after, state = snapshot
             engine = Engine.restore(self.engine_config, state)
         replayed = 0
-        for _, body in journal.inputs_after(after):
-            engine.handle(INPUT_ADAPTER.validate_json(body))  # its events are journalled
-            replayed += 1
+        recovered = journal.event_range()[1]
+        with journal.transaction():
+            for _, body in journal.inputs_after(after):
+                # Recorded inputs whose effect was not yet written (a crash between the
+                # record and its effect) regenerate their events here; the others are
+                # already in the outbox and are left as they are.
+                for event in engine.handle(INPUT_ADAPTER.validate_json(body)).events:
+                    journal.add_event(event.seq, event.event_id, event.type,
+                                      event.model_dump_json())
+                replayed += 1
+        recovered = journal.event_range()[1] - recovered
         self.engine = engine
         last_event = journal.event_range()[1]
         if last_event and engine.seq != last_event:
@@ -197,7 +209,7 @@ class Daemon:
         dedup = DedupState(boot, last)
         self.link = Link(Role.HOST, time.monotonic(), dedup=dedup)
         self.log.info("journal_restored", path=str(journal.path), snapshot_input=after,
-                      replayed_inputs=replayed, seq=engine.seq,
+                      replayed_inputs=replayed, events_recovered=recovered, seq=engine.seq,
                       outbox=journal.outbox_depth(), dedup_boot_id=dedup.boot_id,
                       dedup_last_seq=dedup.last_seq,
                       shoe_state=engine.public_state()["shoe_state"])
@@ -214,6 +226,10 @@ class Daemon:
         assert engine is not None
         if journal is None or (not self.storage_ok and not self._storage_retry()):
             return None
+        if self._unapplied:  # recorded frames first: their effect comes before this input
+            self.apply_recorded([])
+            if self._unapplied:
+                return None
         rollback = None
         outputs: list[Output] = []
         try:
@@ -239,6 +255,61 @@ class Daemon:
                 engine.s = rollback()
             self._storage_failed(str(error))
             return None
+        return outputs
+
+    def record(self, inputs: list[Input], dedup: DedupState) -> list[tuple[int, Input]] | None:
+        """The durable step before a device frame's ACK (spec section 3): the frame's
+        inputs and the new duplicate-detection state, in one fsynced transaction.
+        Returns the recorded inputs with their ids, or None if storage failed."""
+        journal = self.journal
+        if journal is None or (not self.storage_ok and not self._storage_retry()):
+            return None
+        try:
+            with journal.transaction():
+                recorded = [(journal.add_input(inp.at, inp.model_dump_json()), inp)
+                            for inp in inputs]
+                journal.set_meta("dedup", json.dumps([dedup.boot_id, dedup.last_seq]))
+        except StorageError as error:
+            self._storage_failed(str(error))
+            return None
+        return recorded
+
+    def apply_recorded(self, recorded: list[tuple[int, Input]]) -> list[Output]:
+        """The game effect of recorded inputs: engine, events into the outbox, snapshot.
+
+        Not fsynced on its own: all of it can be derived again from the record (restore()
+        replays recorded inputs and regenerates missing events, same seq and event_id).
+        If it cannot be written now, the inputs wait and are applied when storage is back.
+        """
+        engine, journal = self.engine, self.journal
+        assert engine is not None and journal is not None
+        self._unapplied.extend(recorded)
+        if not self.storage_ok:
+            return []
+        pending, self._unapplied = self._unapplied, []
+        rollback = None
+        outputs: list[Output] = []
+        try:
+            with journal.transaction(durable=False):
+                for input_id, inp in pending:
+                    out = engine.handle(inp)
+                    rollback = rollback or engine.last_rollback
+                    outputs.append(out)
+                    for event in out.events:
+                        journal.add_event(event.seq, event.event_id, event.type,
+                                          event.model_dump_json())
+                    self._inputs_since_snapshot += 1
+                    if self._inputs_since_snapshot >= self.settings.state.snapshot_every:
+                        journal.save_snapshot(input_id, engine.snapshot())
+                        self._inputs_since_snapshot = 0
+        except StorageError as error:
+            if rollback is not None:
+                engine.s = rollback()
+            self._unapplied = pending + self._unapplied
+            self._storage_failed(str(error))
+            return []
+        for out in outputs:
+            self._after_output(out)
         return outputs
 
     def commit_and_apply(self, inputs: list[Input], dedup: DedupState | None = None,
@@ -287,12 +358,16 @@ class Daemon:
         for out in outputs:
             self._after_output(out)
         self._status_dirty.set()
-        return True
+        if self._unapplied:
+            self.apply_recorded([])
+        return self.storage_ok
 
     def _after_output(self, out: Output) -> None:
         for event in out.events:
             self._log_event(event)
         if out.events:
+            self._fresh.extend((e.seq, e.model_dump_json()) for e in out.events)
+            del self._fresh[:-1024]  # a backlog is read from the outbox instead
             self._outbox_wake.set()
         assert self.link is not None
         for request in out.device:
@@ -410,15 +485,14 @@ class Daemon:
         if self._wrong_device:
             link.refuse(event.seq)  # not our shoe: no ACK, nothing applied
             return
-        outputs = self.commit(inputs, dedup=event.dedup_after)
-        if outputs is None:
+        recorded = self.record(inputs, event.dedup_after)
+        if recorded is None:
             link.refuse(event.seq)
             return
         self._maybe_crash()
         link.ack(event.seq)
-        self._flush()  # the ACK leaves before anything else is done
-        for out in outputs:
-            self._after_output(out)
+        self._flush()  # the ACK leaves before the effect is worked out
+        self.apply_recorded(recorded)
         if isinstance(message, Malformed) and message.type_code == Hello.TYPE:
             link.send(GetInfo(), time.monotonic())
         if isinstance(message, Heartbeat | Hello | Fault):
@@ -560,10 +634,12 @@ class Daemon:
         timeout = self.settings.mqtt.publish_timeout_s
         while not self._stopping.is_set():
             self._outbox_wake.clear()
-            try:
-                rows = journal.unpublished()
-            except StorageError:
-                rows = []
+            rows = self._take_fresh()
+            if rows is None:
+                try:
+                    rows = journal.unpublished()
+                except StorageError:
+                    rows = []
             if not rows:
                 await self._publish_state(client)
                 await wait_event(self._outbox_wake, 5.0)
@@ -573,6 +649,7 @@ class Daemon:
                 for seq, body in rows:
                     await client.publish(f"{self.root}/events", body, qos=1, timeout=timeout)
                     last_acked = seq
+                    self._last_published = seq
                     self.stats["published"] += 1
             finally:
                 # Mark what got its PUBACK, also when the connection broke mid-batch.
@@ -580,6 +657,15 @@ class Daemon:
                     with contextlib.suppress(StorageError):
                         journal.mark_published(last_acked)
             await self._publish_state(client)
+
+    def _take_fresh(self) -> list[tuple[int, str]] | None:
+        """Events just written, when they follow the last one published without a gap
+        (the common case: no backlog); None means read the outbox."""
+        fresh, self._fresh = self._fresh, []
+        if fresh and fresh[0][0] == self._last_published + 1 and all(
+                b[0] == a[0] + 1 for a, b in itertools.pairwise(fresh)):
+            return fresh
+        return None
 
     async def _publish_state(self, client: aiomqtt.Client) -> None:
         assert self.engine is not None

@@ -88,8 +88,11 @@ class Journal:
             self._db.close()
 
     @contextmanager
-    def transaction(self) -> Iterator[None]:
-        """One atomic, durable write. Raises StorageError (and rolls back) on failure."""
+    def transaction(self, durable: bool = True) -> Iterator[None]:
+        """One atomic write, fsynced unless `durable` is False (for what can be derived
+        again from durable records). Raises StorageError (and rolls back) on failure."""
+        if not durable:
+            self._run("PRAGMA synchronous=NORMAL")
         try:
             self._db.execute("BEGIN IMMEDIATE")
             self._in_tx = True
@@ -103,6 +106,9 @@ class Journal:
             raise
         finally:
             self._in_tx = False
+            if not durable:
+                with suppress(sqlite3.Error):
+                    self._db.execute("PRAGMA synchronous=FULL")
 
     def _rollback(self) -> None:
         with suppress(sqlite3.Error):
@@ -157,8 +163,10 @@ class Journal:
     # -- events (the outbox) ----------------------------------------------------------------
 
     def add_event(self, seq: int, event_id: str, type_: str, body: str) -> None:
-        self._run("INSERT INTO events(seq, event_id, type, created, body) VALUES(?, ?, ?, ?, ?)",
-                  (seq, event_id, type_, time.time(), body))
+        # OR IGNORE: replaying recorded inputs regenerates the same events (same seq and
+        # event_id); those already in the outbox stay as they are.
+        self._run("INSERT OR IGNORE INTO events(seq, event_id, type, created, body) "
+                  "VALUES(?, ?, ?, ?, ?)", (seq, event_id, type_, time.time(), body))
 
     def unpublished(self, limit: int = 256) -> list[tuple[int, str]]:
         rows = self._run("SELECT seq, body FROM events WHERE published = 0 ORDER BY seq LIMIT ?",
@@ -175,13 +183,9 @@ class Journal:
         in a crash only means those events are published again, which consumers dedupe
         by event_id; it keeps an fsync per publish off the per-card path.
         """
-        self._run("PRAGMA synchronous=NORMAL")
-        try:
-            with self.transaction():
-                self._run("UPDATE events SET published = 1 WHERE published = 0 AND seq <= ?",
-                          (up_to_seq,))
-        finally:
-            self._run("PRAGMA synchronous=FULL")
+        with self.transaction(durable=False):
+            self._run("UPDATE events SET published = 1 WHERE published = 0 AND seq <= ?",
+                      (up_to_seq,))
 
     def events_between(self, first: int, last: int | None, limit: int = 10_000) -> list[str]:
         last = last if last is not None else 2**62

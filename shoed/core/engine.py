@@ -33,6 +33,7 @@ Invariants:
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import pickle
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -249,7 +250,17 @@ class Refused(Exception):
         self.message = message
 
 
+@functools.lru_cache(maxsize=1024)
+def _derive(cards: tuple[str | None, ...], has_burn: bool) -> tuple[str | None, ...]:
+    return tuple(_derive_positions(cards, has_burn))
+
+
 def derive_positions(cards: list[str | None], has_burn: bool) -> list[str | None]:
+    """Memoised :func:`_derive_positions` (pure, and asked several times per input)."""
+    return list(_derive(tuple(cards), has_burn))
+
+
+def _derive_positions(cards: tuple[str | None, ...], has_burn: bool) -> list[str | None]:
     """Position of each card of a hand, given in draw order (None = value unknown).
 
     Burn, P1, B1, P2, B2 are fixed by order alone; a third card's position needs the
