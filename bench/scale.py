@@ -113,14 +113,18 @@ async def main() -> None:
         by_index: dict[int, float] = {}
         for index, at in got:  # card_index counts the shoe's cards in procedure order
             by_index.setdefault(index, at)
-        latencies += [by_index[k + 1] - t for k, t in enumerate(sent) if k + 1 in by_index]
+        # Only cards dealt inside the measured window (not while tables were starting).
+        latencies += [by_index[k + 1] - t for k, t in enumerate(sent)
+                      if k + 1 in by_index and started <= t <= started + elapsed]
     ms = sorted(x * 1000 for x in latencies)
+    late = sum(1 for x in latencies if x > 1.0)
     print(json.dumps({
         "tables": args.tables, "pace_s": args.pace, "seconds": round(elapsed, 1),
         "card_events_per_s_total": round(events / elapsed, 1),
         "card_to_event_ms": {"n": len(ms), "p50": round(statistics.median(ms), 2),
                              "p99": round(ms[int(0.99 * len(ms))], 2), "max": round(ms[-1], 2)},
         "daemon_rss_kb_median": int(statistics.median(rss)) if rss else None,
+        "cards_later_than_1s": late,
     }, indent=1))
 
 

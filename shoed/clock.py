@@ -4,22 +4,45 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
+import time
 
 TIME_ERROR = 5  # the kernel's "clock not synchronised" state
+CACHE_S = 10.0
 
 
 class _Timex(ctypes.Structure):
     _fields_ = [("modes", ctypes.c_uint), ("_rest", ctypes.c_byte * 204)]
 
 
-def clock_synchronised() -> bool | None:
-    """True/False from the kernel's NTP state; None where it cannot be asked."""
+@functools.cache
+def _libc() -> ctypes.CDLL | None:
+    # find_library runs ldconfig in a subprocess: once per process, not per question.
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        timex = _Timex()
-        state = libc.adjtimex(ctypes.byref(timex))
-    except (OSError, AttributeError):
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    except OSError:
         return None
-    if state < 0:
-        return None
-    return bool(state != TIME_ERROR)
+
+
+_cached: tuple[float, bool | None] = (-CACHE_S, None)
+
+
+def clock_synchronised() -> bool | None:
+    """True/False from the kernel's NTP state; None where it cannot be asked.
+
+    Cached for 10 s: it is asked on every status publish.
+    """
+    global _cached
+    now = time.monotonic()
+    if now - _cached[0] < CACHE_S:
+        return _cached[1]
+    libc = _libc()
+    answer: bool | None = None
+    if libc is not None:
+        try:
+            state = libc.adjtimex(ctypes.byref(_Timex()))
+            answer = None if state < 0 else bool(state != TIME_ERROR)
+        except AttributeError:
+            answer = None
+    _cached = (now, answer)
+    return answer

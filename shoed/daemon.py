@@ -32,7 +32,6 @@ from firmware_protocol import (
     Fault,
     FrameRejected,
     GetInfo,
-    Heartbeat,
     Hello,
     Link,
     Malformed,
@@ -495,8 +494,8 @@ class Daemon:
         self.apply_recorded(recorded)
         if isinstance(message, Malformed) and message.type_code == Hello.TYPE:
             link.send(GetInfo(), time.monotonic())
-        if isinstance(message, Heartbeat | Hello | Fault):
-            self._status_dirty.set()
+        if isinstance(message, Hello | Fault):
+            self._status_dirty.set()  # heartbeats only refresh last_seen (sent every 30 s)
 
     def _maybe_crash(self) -> None:
         """Fault injection for the kill tests: SHOED_TEST_CRASH_AFTER_COMMIT=N kills the
