@@ -154,3 +154,16 @@ def test_a_shoe_with_another_serial_number_is_refused(tmp_path: pathlib.Path,
             assert not r.collector.of("shoe_started") and not r.collector.of("card")
             assert r.shoe.link.pending_count > 0  # nothing was ACKed: the shoe keeps it all
     asyncio.run(main())
+
+
+def test_mqtt_3_1_1(tmp_path: pathlib.Path, broker: PrivateMosquitto) -> None:
+    async def main() -> None:
+        async with rig(tmp_path, broker, decks=1, seed=12, script=Script(pace_s=0.0, shoes=1),
+                       mqtt={"protocol": "3.1.1"}) as r:
+            await wait_for(lambda: r.collector.of("shoe_ended"), 60, "the shoe to end")
+            await wait_for(lambda: r.daemon._outbox_depth() == 0, 10, "outbox drained")
+            check_shoe(r.collector.events, r.shoe.dealt)
+            answer = await r.collector.send({"request_id": "v311", "command": "recall",
+                                             "operator": "x"})
+            assert answer["ok"]
+    asyncio.run(main())
