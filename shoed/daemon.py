@@ -235,26 +235,33 @@ class Daemon:
             with journal.transaction():
                 for inp in inputs:
                     input_id = journal.add_input(inp.at, inp.model_dump_json())
-                    out = engine.handle(inp)
+                    out = self._apply_in_transaction(input_id, inp)
                     rollback = rollback or engine.last_rollback
                     outputs.append(out)
-                    for event in out.events:
-                        journal.add_event(event.seq, event.event_id, event.type,
-                                          event.model_dump_json())
-                    self._inputs_since_snapshot += 1
                     if request_id is not None:
                         journal.add_response(request_id, self._answer(request_id, out))
                 if dedup is not None:
                     journal.set_meta("dedup", json.dumps([dedup.boot_id, dedup.last_seq]))
-                if inputs and self._inputs_since_snapshot >= self.settings.state.snapshot_every:
-                    journal.save_snapshot(input_id, engine.snapshot())
-                    self._inputs_since_snapshot = 0
         except StorageError as error:
             if rollback is not None:
                 engine.s = rollback()
             self._storage_failed(str(error))
             return None
         return outputs
+
+    def _apply_in_transaction(self, input_id: int, inp: Input) -> Output:
+        """Inside a journal transaction: apply one recorded input, put its events into the
+        outbox, and save a snapshot when one is due."""
+        engine, journal = self.engine, self.journal
+        assert engine is not None and journal is not None
+        out = engine.handle(inp)
+        for event in out.events:
+            journal.add_event(event.seq, event.event_id, event.type, event.model_dump_json())
+        self._inputs_since_snapshot += 1
+        if self._inputs_since_snapshot >= self.settings.state.snapshot_every:
+            journal.save_snapshot(input_id, engine.snapshot())
+            self._inputs_since_snapshot = 0
+        return out
 
     def record(self, inputs: list[Input], dedup: DedupState) -> list[tuple[int, Input]] | None:
         """The durable step before a device frame's ACK (spec section 3): the frame's
@@ -291,16 +298,8 @@ class Daemon:
         try:
             with journal.transaction(durable=False):
                 for input_id, inp in pending:
-                    out = engine.handle(inp)
+                    outputs.append(self._apply_in_transaction(input_id, inp))
                     rollback = rollback or engine.last_rollback
-                    outputs.append(out)
-                    for event in out.events:
-                        journal.add_event(event.seq, event.event_id, event.type,
-                                          event.model_dump_json())
-                    self._inputs_since_snapshot += 1
-                    if self._inputs_since_snapshot >= self.settings.state.snapshot_every:
-                        journal.save_snapshot(input_id, engine.snapshot())
-                        self._inputs_since_snapshot = 0
         except StorageError as error:
             if rollback is not None:
                 engine.s = rollback()
@@ -340,13 +339,9 @@ class Daemon:
             with self.journal.transaction():
                 for inp in (StorageStatus(at=at, ok=False, message=self.storage_error or ""),
                             StorageStatus(at=time.time(), ok=True, message="storage back")):
-                    self.journal.add_input(inp.at, inp.model_dump_json())
-                    out = self.engine.handle(inp)
+                    input_id = self.journal.add_input(inp.at, inp.model_dump_json())
+                    outputs.append(self._apply_in_transaction(input_id, inp))
                     rollback = rollback or self.engine.last_rollback
-                    outputs.append(out)
-                    for event in out.events:
-                        self.journal.add_event(event.seq, event.event_id, event.type,
-                                               event.model_dump_json())
         except StorageError:
             if rollback is not None:
                 self.engine.s = rollback()
