@@ -157,7 +157,6 @@ class Daemon:
         self._accepting = True
         self._inputs_since_snapshot = 0
         self._client: aiomqtt.Client | None = None
-        self.ready = asyncio.Event()
         self._wrong_device = False
         self._last_status = ""
         self._unapplied: list[tuple[int, Input]] = []  # recorded, effect not yet written
@@ -173,7 +172,7 @@ class Daemon:
     def _default_transport(self) -> Transport:
         device = self.settings.device
         if device.transport == "usb":
-            return UsbTransport(device.vid, device.pid, serial_no=device.serial_no)
+            return UsbTransport(device.vid, device.pid)
         return SerialTransport(device.port, device.baudrate)
 
     def restore(self) -> None:
@@ -519,7 +518,6 @@ class Daemon:
             self.link.send(GetInfo(), time.monotonic())  # the host opens the link
             self._flush()
             self._status_dirty.set()
-            self.ready.set()
             try:
                 while True:
                     data = await transport.read()

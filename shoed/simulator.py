@@ -96,7 +96,6 @@ class SimulatedShoe:
         self._next_pull_at = self.now + 0.2
         self._pull_id = 0
         self._mirror: Engine | None = None
-        self._hands_seen = 0
         self._mirror_pull_id = 0
 
     # -- boot and the link ----------------------------------------------------------------
@@ -181,7 +180,6 @@ class SimulatedShoe:
         self._mirror = Engine(EngineConfig(table_id="sim", decks=self.decks,
                                            betting_control="none"))
         self._mirror.handle(DeviceShoeLoaded(at=now))
-        self._hands_seen = 0
         self._send(ShoeLoaded(self._uptime(now)), now)
 
     def poll(self, now: float) -> None:
@@ -239,8 +237,7 @@ class SimulatedShoe:
             # The dealer pulls one card too many with the hand's last card: unnecessary.
             cards.append(self._shoe.pop(0))
         self._pull(cards, now)
-        results = [e for e in self._mirror_feed(cards, now) if e.type == "hand_result"]
-        self._hands_seen += len(results)
+        self._mirror_feed(cards, now)
 
     @staticmethod
     def _completes_hand(state: dict[str, Any], cards: list[str]) -> bool:

@@ -187,12 +187,10 @@ class SerialTransport(_ThreadedTransport):
 class UsbTransport(_ThreadedTransport):
     """pyusb: the shoe's vendor interface, bulk OUT 0x01 / bulk IN 0x81, 64-byte packets."""
 
-    def __init__(self, vid: int, pid: int, backend: Any = None, serial_no: str | None = None
-                 ) -> None:
+    def __init__(self, vid: int, pid: int, backend: Any = None) -> None:
         super().__init__()
         self.vid, self.pid = vid, pid
         self.backend = backend
-        self.serial_no = serial_no
         self.description = f"usb {vid:04x}:{pid:04x}"
         self._device: Any = None
         self._write_lock = threading.Lock()

@@ -146,7 +146,6 @@ class CommencementState(BaseModel):
     cards: list[CardRec] = Field(default_factory=list)
     burn_count: int | None = None
     holds: list[str] = Field(default_factory=list)
-    done: bool = False
 
 
 class ShoeState(BaseModel):
@@ -741,7 +740,7 @@ class Engine:
         for _item, card in cards:
             surplus = self._resolutions() != resolved_before
             if card is None:
-                self._cut_card(source="shoe")
+                self._cut_card()
             else:
                 self._count(card)
                 self._route(card, surplus=surplus)
@@ -920,7 +919,6 @@ class Engine:
                 and not self._active_holds()):
             overflow = com.cards[com.burn_count + 1:]
             del com.cards[com.burn_count + 1:]
-            com.done = True
             self._open_betting()
             for card in overflow:
                 self._route(card)
@@ -1045,7 +1043,7 @@ class Engine:
 
     # -- the cut card -----------------------------------------------------------------------
 
-    def _cut_card(self, source: Literal["shoe", "command"]) -> None:
+    def _cut_card(self) -> None:
         shoe = self.s.shoe
         if shoe is None or shoe.phase in ("shoe_ended", "shoe_voided"):
             self._procedure("cut_card_ignored", "ignored", [], detail="no shoe in play")
@@ -1252,7 +1250,7 @@ class Engine:
 
     def _cmd_cut_card(self, c: cmd.CutCardCommand) -> dict[str, Any]:
         self._shoe_in_play()
-        self._cut_card(source="command")
+        self._cut_card()
         return {}
 
     def _cmd_realign(self, c: cmd.Realign) -> dict[str, Any]:
@@ -1268,7 +1266,6 @@ class Engine:
             del com.cards[index:]
             com.burn_count = len(com.cards) - 1
             com.holds.clear()
-            com.done = True
             self._open_betting()
         else:
             hand = shoe.hand
