@@ -16,15 +16,24 @@ from shoed.simulator import Script
 pytestmark = pytest.mark.broker
 
 
-def check_shoe(events: list[dict[str, Any]], dealt: list[str]) -> None:
-    """Every card once and in order, every result right, seq gapless."""
+def check_shoe(events: list[dict[str, Any]], dealt: list[str], allow_unread: bool = False
+               ) -> None:
+    """Every card once and in order, every result right, seq gapless.
+
+    `allow_unread`: a card may stay unknown (an unread burn needs no entry)."""
     seqs = [e["seq"] for e in events]
     assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), "seq has gaps"
-    first_sighting: dict[int, str | None] = {}
+    # What each card index finally is (a manual entry re-publishes an unread card).
+    known: dict[int, str | None] = {}
     for e in events:
-        if e["type"] == "card" and e["card_index"] is not None:
-            first_sighting.setdefault(e["card_index"], e["card"])
-    assert [first_sighting[i] for i in sorted(first_sighting)] == dealt[: len(first_sighting)]
+        if e["type"] == "card" and e["card_index"] is not None and (
+                e["card"] is not None or e["card_index"] not in known):
+            known[e["card_index"]] = e["card"]
+    assert sorted(known) == list(range(1, len(known) + 1)), "card indexes not 1..n"
+    seen = [known[i] for i in sorted(known)]
+    if allow_unread:
+        seen = [card if card is not None else dealt[i] for i, card in enumerate(seen)]
+    assert seen == dealt[: len(known)]
     by_hand: dict[tuple[str, int], dict[int, dict[str, Any]]] = {}
     for e in events:
         if e["type"] == "card" and e["position"] in ("P1", "B1", "P2", "B2", "P3", "B3"):
@@ -166,4 +175,57 @@ def test_mqtt_3_1_1(tmp_path: pathlib.Path, broker: PrivateMosquitto) -> None:
             answer = await r.collector.send({"request_id": "v311", "command": "recall",
                                              "operator": "x"})
             assert answer["ok"]
+    asyncio.run(main())
+
+
+def test_rfid_cards_through_the_deck_manifest(tmp_path: pathlib.Path,
+                                              broker: PrivateMosquitto) -> None:
+    from shoed.simulator import rfid_manifest
+
+    uids, csv_text = rfid_manifest(1)
+    manifest = tmp_path / "deck.csv"
+    manifest.write_text(csv_text)
+
+    async def main() -> None:
+        script = Script(pace_s=0.0, shoes=1, rfid=uids)
+        async with rig(tmp_path, broker, decks=1, seed=14, script=script,
+                       cards={"manifest": str(manifest)}) as r:
+            await wait_for(lambda: r.collector.of("shoe_ended"), 60, "the shoe to end")
+            await wait_for(lambda: r.daemon._outbox_depth() == 0, 10, "outbox drained")
+            check_shoe(r.collector.events, r.shoe.dealt)
+            cards = [e for e in r.collector.of("card") if e["card_index"]]
+            assert all(e["uid"] == uids[e["card"]] for e in cards)
+            assert not r.collector.of("alarm")
+    asyncio.run(main())
+
+
+def test_unread_card_resolved_by_manual_entry_over_mqtt(tmp_path: pathlib.Path,
+                                                        broker: PrivateMosquitto) -> None:
+    async def main() -> None:
+        script = Script(pace_s=0.02, shoes=1, unread_rate=0.08)
+        async with rig(tmp_path, broker, decks=1, seed=15, script=script) as r:
+            c = r.collector
+            entered = 0
+            while not c.of("shoe_ended"):
+                await wait_for(lambda: c.of("shoe_ended") or (
+                    c.retained.get("state", {}).get("hold") or {}).get("card_index"), 60,
+                    "a hold on an unread card, or the end of the shoe")
+                hold = (c.retained.get("state", {}).get("hold") or {})
+                if c.of("shoe_ended") or not hold.get("card_index"):
+                    continue
+                index = hold["card_index"]
+                truth = r.shoe.dealt[index - 1]  # single-card pulls: host index = shoe order
+                answer = await c.send({"request_id": f"m{index}", "command": "manual_card",
+                                       "operator": "pit", "card_index": index, "card": truth})
+                assert answer["ok"], answer
+                entered += 1
+                await wait_for(lambda held=index: (c.retained.get("state", {}).get("hold")
+                                                   or {}).get("card_index") != held, 10,
+                               "the hold released")
+            await wait_for(lambda: r.daemon._outbox_depth() == 0, 10, "outbox drained")
+            assert entered >= 1
+            manual = [e for e in c.of("card") if e["source"] == "manual"]
+            assert len(manual) >= entered
+            # Every result still equals the evaluation of the true cards.
+            check_shoe(c.events, r.shoe.dealt, allow_unread=True)
     asyncio.run(main())
