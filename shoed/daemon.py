@@ -775,6 +775,7 @@ class Daemon:
         assert journal is not None
         first, last = journal.event_range()
         to_seq = command.to_seq or last
+        bodies: list[str] = []
         if first == 0 or command.from_seq < first or command.from_seq > last or to_seq < \
                 command.from_seq:
             answer = {"request_id": command.request_id, "ok": False,
@@ -788,12 +789,9 @@ class Daemon:
                       "result": {"from_seq": command.from_seq,
                                  "to_seq": command.from_seq + len(bodies) - 1,
                                  "count": len(bodies)}}
-            with contextlib.suppress(StorageError), journal.transaction():
-                journal.add_response(command.request_id, answer)
-            return {**answer, "_replay": bodies}
         with contextlib.suppress(StorageError), journal.transaction():
             journal.add_response(command.request_id, answer)
-        return answer
+        return {**answer, "_replay": bodies}
 
     # -- housekeeping, notify, run ----------------------------------------------------------
 

@@ -525,9 +525,11 @@ class Engine:
         self._emit(ev.Alarm, alarm_id=alarm_id, code=code, active=True, message=message,
                    card_index=card_index, momentary=True)
 
-    def _hold_alarm_wanted(self) -> dict[str, tuple[str, int | None, str]]:
+    @staticmethod
+    def _hold_alarm_wanted(detail: list[tuple[str, CardRec | None]]
+                           ) -> dict[str, tuple[str, int | None, str]]:
         wanted: dict[str, tuple[str, int | None, str]] = {}
-        for reason, card in self._hold_detail():
+        for reason, card in detail:
             if reason == "cover_open":
                 continue  # the device_fault alarm (code 3) says it
             key = f"hold:{reason}:{card.card_index if card else ''}"
@@ -537,14 +539,15 @@ class Engine:
         return wanted
 
     def _sync_alarms(self) -> None:
-        wanted = self._hold_alarm_wanted()
+        detail = self._hold_detail()
+        wanted = self._hold_alarm_wanted(detail)
         for alarm in list(self.s.alarms):
             if alarm.key.startswith("hold:") and alarm.key not in wanted:
                 self._alarm_clear(alarm.key, "hold resolved")
         for key, (code, card_index, message) in wanted.items():
             self._alarm_raise(key, code, message, card_index=card_index)
         # Every card placed in a hold position has had its alarm now.
-        for _, card in self._hold_detail():
+        for _, card in detail:
             if card is not None:
                 card.alarmed = True
 
