@@ -72,6 +72,7 @@ from .transport import SerialTransport, Transport, TransportLost, UsbTransport
 
 PULL_TYPES = (Card.TYPE, CardUnread.TYPE, CutCard.TYPE)
 RETAINED_REFRESH_S = 2.0
+EFFECT_WRITE_DELAY_S = 0.2  # the longest an effect waits in memory when the broker is away
 
 
 def message_to_inputs(message: Any, at: float, manifest: dict[str, str] | None,
@@ -153,13 +154,20 @@ class Daemon:
         self._outbox_wake = asyncio.Event()
         self._status_dirty = asyncio.Event()
         self._timer_wake = asyncio.Event()
+        self._timer_due = 0.0  # when the timer loop wakes up by itself
         self._stopping = asyncio.Event()
         self._accepting = True
         self._inputs_since_snapshot = 0
         self._client: aiomqtt.Client | None = None
         self._wrong_device = False
         self._last_status = ""
-        self._unapplied: list[tuple[int, Input]] = []  # recorded, effect not yet written
+        # Applied in memory, not yet in the outbox: (seq, event_id, type, body).
+        self._unwritten: list[tuple[int, str, str, str]] = []
+        self._serialised: dict[int, str] = {}  # event bodies on their way to the publisher
+        self._last_applied_input = 0
+        self._acked_seq = 0  # the newest event with a PUBACK (all before it have one)
+        self._marked_seq = 0  # the newest event marked published on disk
+        self._effects_timer: asyncio.TimerHandle | None = None
         self._fresh: list[tuple[int, str]] = []  # events just written, for the publisher
         self._last_published = -1  # unknown until the outbox has been read once
         self._log_info = settings.log.level in ("debug", "info")
@@ -213,54 +221,125 @@ class Daemon:
                       shoe_state=engine.public_state()["shoe_state"])
 
     # -- the durable step ----------------------------------------------------------------
+    #
+    # Three kinds of writes, by what they protect:
+    # * the record (fsynced): a device frame's inputs and the dedup state, before its ACK;
+    #   a command with its events and answer, before the answer;
+    # * the effect (not fsynced on its own): the events a recorded device input produced,
+    #   publish marks and snapshots. All of it can be derived again from the record:
+    #   restore() replays recorded inputs and inserts the events that are missing (same
+    #   seq, same event_id). So the effect is written after the events have been handed
+    #   to the broker, batched, off the card-to-event path;
+    # * a command's durable transaction also carries any effect still unwritten.
 
     def commit(self, inputs: list[Input], dedup: DedupState | None = None,
                request_id: str | None = None) -> list[Output] | None:
         """Apply inputs and make them durable in one transaction; None if storage failed.
 
-        On failure the engine is rolled back, so memory never runs ahead of the disk.
+        On failure the engine is rolled back, so memory never runs ahead of the record.
         """
-        engine, journal = self.engine, self.journal
-        assert engine is not None
-        if journal is None or (not self.storage_ok and not self._storage_retry()):
+        if self.journal is None or (not self.storage_ok and not self._storage_retry()):
             return None
-        if self._unapplied:  # recorded frames first: their effect comes before this input
-            self.apply_recorded([])
-            if self._unapplied:
-                return None
+        try:
+            return self._durable_apply(inputs, dedup, request_id)
+        except StorageError as error:
+            self._storage_failed(str(error))
+            return None
+
+    def _durable_apply(self, inputs: list[Input], dedup: DedupState | None = None,
+                       request_id: str | None = None) -> list[Output]:
+        """Record and apply `inputs`, their events, a command's answer and any effect
+        still unwritten, in one fsynced transaction. On StorageError the engine and the
+        pending effects are as before the call, and the error is raised."""
+        engine, journal = self.engine, self.journal
+        assert engine is not None and journal is not None
+        before = (len(self._unwritten), self._inputs_since_snapshot, self._last_applied_input)
         rollback = None
         outputs: list[Output] = []
         try:
             with journal.transaction():
                 for inp in inputs:
                     input_id = journal.add_input(inp.at, inp.model_dump_json())
-                    out = self._apply_in_transaction(input_id, inp)
+                    outputs.append(self._apply(input_id, inp))
                     rollback = rollback or engine.last_rollback
-                    outputs.append(out)
                     if request_id is not None:
-                        journal.add_response(request_id, self._answer(request_id, out))
+                        journal.add_response(request_id, self._answer(request_id, outputs[-1]))
                 if dedup is not None:
                     journal.set_meta("dedup", json.dumps([dedup.boot_id, dedup.last_seq]))
-        except StorageError as error:
+                written = self._write_effects_in_transaction()
+        except StorageError:
             if rollback is not None:
                 engine.s = rollback()
-            self._storage_failed(str(error))
-            return None
+            for row in self._unwritten[before[0]:]:
+                self._serialised.pop(row[0], None)
+            del self._unwritten[before[0]:]
+            self._inputs_since_snapshot, self._last_applied_input = before[1:]
+            raise
+        self._effects_written(*written)
         return outputs
 
-    def _apply_in_transaction(self, input_id: int, inp: Input) -> Output:
-        """Inside a journal transaction: apply one recorded input, put its events into the
-        outbox, and save a snapshot when one is due."""
-        engine, journal = self.engine, self.journal
-        assert engine is not None and journal is not None
+    def _apply(self, input_id: int, inp: Input) -> Output:
+        """Apply one recorded input in memory; its events join the unwritten effect."""
+        engine = self.engine
+        assert engine is not None
         out = engine.handle(inp)
         for event in out.events:
-            journal.add_event(event.seq, event.event_id, event.type, event.model_dump_json())
+            body = event.model_dump_json()  # once: for the outbox and for the publisher
+            self._unwritten.append((event.seq, event.event_id, event.type, body))
+            self._serialised[event.seq] = body
+        self._last_applied_input = input_id
         self._inputs_since_snapshot += 1
-        if self._inputs_since_snapshot >= self.settings.state.snapshot_every:
-            journal.save_snapshot(input_id, engine.snapshot())
-            self._inputs_since_snapshot = 0
         return out
+
+    def _write_effects_in_transaction(self) -> tuple[int, int, bool]:
+        """Inside a journal transaction: the unwritten events (marked published when their
+        PUBACK came first), publish marks, a due snapshot. Returns what to forget after
+        the commit: (events written, seq marked, snapshot saved)."""
+        journal, engine = self.journal, self.engine
+        assert journal is not None and engine is not None
+        acked = self._acked_seq
+        for seq, event_id, type_, body in self._unwritten:
+            journal.add_event(seq, event_id, type_, body, published=seq <= acked)
+        if acked > self._marked_seq:
+            journal.mark_published(acked)
+        snapshot = (self._inputs_since_snapshot >= self.settings.state.snapshot_every
+                    and self._last_applied_input > 0)
+        if snapshot:
+            journal.save_snapshot(self._last_applied_input, engine.snapshot())
+        return len(self._unwritten), acked, snapshot
+
+    def _effects_written(self, events: int, marked: int, snapshot: bool) -> None:
+        del self._unwritten[:events]
+        self._marked_seq = max(self._marked_seq, marked)
+        if snapshot:
+            self._inputs_since_snapshot = 0
+
+    def write_effects(self) -> bool:
+        """Write the pending effect now (one transaction, not fsynced). False when storage
+        is failing; the effect then stays in memory and is written once storage is back."""
+        if self._effects_timer is not None:
+            self._effects_timer.cancel()
+            self._effects_timer = None
+        journal = self.journal
+        if journal is None or not (self._unwritten or self._acked_seq > self._marked_seq):
+            return True
+        if not self.storage_ok and not self._storage_retry():
+            return False  # the retry's own transaction wrote the effect when it succeeded
+        try:
+            with journal.transaction(durable=False):
+                written = self._write_effects_in_transaction()
+        except StorageError as error:
+            self._storage_failed(str(error))
+            return False
+        self._effects_written(*written)
+        return True
+
+    def _effects_later(self) -> None:
+        """Make sure the effect is written soon even when the broker is away (normally the
+        publisher writes it right after the PUBACKs)."""
+        if self._effects_timer is None:
+            self._effects_timer = asyncio.get_running_loop().call_later(
+                EFFECT_WRITE_DELAY_S, self.write_effects)
 
     def record(self, inputs: list[Input], dedup: DedupState) -> list[tuple[int, Input]] | None:
         """The durable step before a device frame's ACK (spec section 3): the frame's
@@ -280,33 +359,13 @@ class Daemon:
         return recorded
 
     def apply_recorded(self, recorded: list[tuple[int, Input]]) -> list[Output]:
-        """The game effect of recorded inputs: engine, events into the outbox, snapshot.
-
-        Not fsynced on its own: all of it can be derived again from the record (restore()
-        replays recorded inputs and regenerates missing events, same seq and event_id).
-        If it cannot be written now, the inputs wait and are applied when storage is back.
-        """
-        engine, journal = self.engine, self.journal
-        assert engine is not None and journal is not None
-        self._unapplied.extend(recorded)
-        if not self.storage_ok:
-            return []
-        pending, self._unapplied = self._unapplied, []
-        rollback = None
-        outputs: list[Output] = []
-        try:
-            with journal.transaction(durable=False):
-                for input_id, inp in pending:
-                    outputs.append(self._apply_in_transaction(input_id, inp))
-                    rollback = rollback or engine.last_rollback
-        except StorageError as error:
-            if rollback is not None:
-                engine.s = rollback()
-            self._unapplied = pending + self._unapplied
-            self._storage_failed(str(error))
-            return []
+        """The game effect of recorded inputs: engine, events to the publisher at once;
+        their outbox rows follow (see the section comment)."""
+        outputs = [self._apply(input_id, inp) for input_id, inp in recorded]
         for out in outputs:
             self._after_output(out)
+        if self._unwritten:
+            self._effects_later()
         return outputs
 
     def commit_and_apply(self, inputs: list[Input], dedup: DedupState | None = None,
@@ -330,20 +389,12 @@ class Daemon:
 
     def _storage_retry(self) -> bool:
         """Storage was failing: try to journal the alarm's raise and clear now."""
-        assert self.engine is not None and self.journal is not None
         at = self.storage_failed_at or time.time()
-        rollback = None
-        outputs = []
         try:
-            with self.journal.transaction():
-                for inp in (StorageStatus(at=at, ok=False, message=self.storage_error or ""),
-                            StorageStatus(at=time.time(), ok=True, message="storage back")):
-                    input_id = self.journal.add_input(inp.at, inp.model_dump_json())
-                    outputs.append(self._apply_in_transaction(input_id, inp))
-                    rollback = rollback or self.engine.last_rollback
+            outputs = self._durable_apply([
+                StorageStatus(at=at, ok=False, message=self.storage_error or ""),
+                StorageStatus(at=time.time(), ok=True, message="storage back")])
         except StorageError:
-            if rollback is not None:
-                self.engine.s = rollback()
             return False
         self.storage_ok = True
         self.storage_error = None
@@ -351,15 +402,13 @@ class Daemon:
         for out in outputs:
             self._after_output(out)
         self._status_dirty.set()
-        if self._unapplied:
-            self.apply_recorded([])
-        return self.storage_ok
+        return True
 
     def _after_output(self, out: Output) -> None:
         for event in out.events:
             self._log_event(event)
         if out.events:
-            self._fresh.extend((e.seq, e.model_dump_json()) for e in out.events)
+            self._fresh.extend((e.seq, self._serialised.pop(e.seq)) for e in out.events)
             del self._fresh[:-1024]  # a backlog is read from the outbox instead
             self._outbox_wake.set()
         assert self.link is not None
@@ -368,7 +417,7 @@ class Daemon:
                 else SetIndicator(request.value)
             self.link.send(message, time.monotonic(), coalesce=True)
         self._flush()
-        self._timer_wake.set()
+        self._wake_timer_if_sooner()
 
     def _lock_gate_directly(self) -> None:
         engine, link = self.engine, self.link
@@ -404,6 +453,12 @@ class Daemon:
         data = link.data_to_send()
         if data and transport is not None and self.device_connected:
             transport.write(data)
+
+    def _on_device_bytes(self, data: bytes) -> None:
+        try:
+            self.on_bytes(data)
+        except Exception:  # a bug must not stop the shoe being served
+            self.log.exception("frame_handling_failed", bytes=data[:64].hex())
 
     def on_bytes(self, data: bytes) -> None:
         """Bytes from the shoe: decode, journal, then ACK."""
@@ -503,6 +558,7 @@ class Daemon:
         backoff = 0.25
         while not self._stopping.is_set():
             transport = self._transport_factory()
+            transport.receive_with(self._on_device_bytes)
             try:
                 await transport.open()
             except TransportLost as error:
@@ -519,12 +575,8 @@ class Daemon:
             self._flush()
             self._status_dirty.set()
             try:
-                while True:
-                    data = await transport.read()
-                    try:
-                        self.on_bytes(data)
-                    except Exception:  # a bug must not stop the shoe being served
-                        self.log.exception("frame_handling_failed", bytes=data[:64].hex())
+                while True:  # chunks go to _on_device_bytes; read() reports the loss
+                    self._on_device_bytes(await transport.read())
             except TransportLost as error:
                 self.log.warning("device_lost", error=str(error))
                 self._device_link(False)
@@ -535,20 +587,32 @@ class Daemon:
                 self._status_dirty.set()
             await self._sleep(backoff)
 
+    def _timer_delay(self) -> float:
+        """Seconds until the link or the engine has something due (at most 1)."""
+        link, engine = self.link, self.engine
+        assert link is not None and engine is not None
+        delay = 1.0
+        if (t := link.get_timer()) is not None:
+            delay = min(delay, t - time.monotonic())
+        if (d := engine.next_deadline()) is not None:
+            delay = min(delay, d - time.time())
+        return max(0.0, delay)
+
+    def _wake_timer_if_sooner(self) -> None:
+        """Wake the timer loop only when something became due sooner than it sleeps (a
+        wake-up per card would cost a task switch on the card-to-event path)."""
+        if time.monotonic() + self._timer_delay() < self._timer_due:
+            self._timer_wake.set()
+
     async def timer_loop(self) -> None:
         """Link retransmissions and liveness, and the engine's pull timeout."""
         link, engine = self.link, self.engine
         assert link is not None and engine is not None
         while not self._stopping.is_set():
-            now_mono = time.monotonic()
-            deadlines = []
-            if (t := link.get_timer()) is not None:
-                deadlines.append(t - now_mono)
-            if (d := engine.next_deadline()) is not None:
-                deadlines.append(d - time.time())
-            delay = max(0.0, min(deadlines)) if deadlines else 1.0
+            delay = self._timer_delay()
+            self._timer_due = time.monotonic() + delay
             self._timer_wake.clear()
-            await wait_event(self._timer_wake, min(delay, 1.0))
+            await wait_event(self._timer_wake, delay)
             link.handle_timer(time.monotonic())
             self._drain_link()
             deadline = engine.next_deadline()
@@ -614,8 +678,10 @@ class Daemon:
             backoff = min(backoff * 2, 10.0)
 
     def _outbox_depth(self) -> int:
+        """Events not yet acknowledged by the broker (-1: the journal cannot be read)."""
+        self.write_effects()
         try:
-            return self.journal.outbox_depth() if self.journal else 0
+            return (self.journal.outbox_depth() if self.journal else 0) + len(self._unwritten)
         except StorageError:
             return -1
 
@@ -628,10 +694,7 @@ class Daemon:
             self._outbox_wake.clear()
             rows = self._take_fresh()
             if rows is None:
-                try:
-                    rows = journal.unpublished()
-                except StorageError:
-                    rows = []
+                rows = self._outbox_rows()
             if not rows:
                 await self._publish_state(client)
                 await wait_event(self._outbox_wake, 5.0)
@@ -644,11 +707,25 @@ class Daemon:
                     self._last_published = seq
                     self.stats["published"] += 1
             finally:
-                # Mark what got its PUBACK, also when the connection broke mid-batch.
+                # Mark what got its PUBACK, also when the connection broke mid-batch; the
+                # same write puts the batch's events into the outbox if they were not yet.
                 if last_acked is not None:
-                    with contextlib.suppress(StorageError):
-                        journal.mark_published(last_acked)
+                    self._acked_seq = max(self._acked_seq, last_acked)
+                    self.write_effects()
             await self._publish_state(client)
+
+    def _outbox_rows(self, limit: int = 256) -> list[tuple[int, str]]:
+        """The oldest unpublished events in seq order: the outbox on disk, followed by
+        those still in memory when storage is failing."""
+        self.write_effects()
+        try:
+            rows = self.journal.unpublished(limit) if self.journal else []
+        except StorageError:
+            rows = []
+        if len(rows) < limit:
+            after = rows[-1][0] if rows else self._acked_seq
+            rows += [(seq, body) for seq, _, _, body in self._unwritten if seq > after]
+        return rows[:limit]
 
     def _take_fresh(self) -> list[tuple[int, str]] | None:
         """Events just written, when they follow the last one published without a gap
@@ -773,6 +850,7 @@ class Daemon:
     def _replay(self, command: Replay) -> dict[str, Any]:
         journal = self.journal
         assert journal is not None
+        self.write_effects()  # events still in memory belong to the range too
         first, last = journal.event_range()
         to_seq = command.to_seq or last
         bodies: list[str] = []
@@ -857,6 +935,8 @@ class Daemon:
             await self.transport.close()
         if self.journal is not None and self.engine is not None and self.storage_ok:
             with contextlib.suppress(StorageError), self.journal.transaction():
+                # The snapshot covers every applied input: their events go in first.
+                self._write_effects_in_transaction()
                 last = self.journal.last_input_id()
                 if last:
                     self.journal.save_snapshot(last, self.engine.snapshot())

@@ -162,11 +162,14 @@ class Journal:
 
     # -- events (the outbox) ----------------------------------------------------------------
 
-    def add_event(self, seq: int, event_id: str, type_: str, body: str) -> None:
-        # OR IGNORE: replaying recorded inputs regenerates the same events (same seq and
-        # event_id); those already in the outbox stay as they are.
-        self._run("INSERT OR IGNORE INTO events(seq, event_id, type, created, body) "
-                  "VALUES(?, ?, ?, ?, ?)", (seq, event_id, type_, time.time(), body))
+    def add_event(self, seq: int, event_id: str, type_: str, body: str,
+                  published: bool = False) -> None:
+        """Put an event into the outbox (`published` when its PUBACK came before the row
+        was written). OR IGNORE: replaying recorded inputs regenerates the same events
+        (same seq and event_id); those already in the outbox stay as they are."""
+        self._run("INSERT OR IGNORE INTO events(seq, event_id, type, created, body, published) "
+                  "VALUES(?, ?, ?, ?, ?, ?)",
+                  (seq, event_id, type_, time.time(), body, int(published)))
 
     def unpublished(self, limit: int = 256) -> list[tuple[int, str]]:
         rows = self._run("SELECT seq, body FROM events WHERE published = 0 ORDER BY seq LIMIT ?",
@@ -179,13 +182,12 @@ class Journal:
     def mark_published(self, up_to_seq: int) -> None:
         """Every event up to `up_to_seq` got its PUBACK (they are published in order).
 
-        Not fsynced on its own (synchronous=NORMAL for this one commit): losing the mark
-        in a crash only means those events are published again, which consumers dedupe
-        by event_id; it keeps an fsync per publish off the per-card path.
+        Meant for a transaction that is not fsynced (``transaction(durable=False)``):
+        losing the mark in a crash only means those events are published again, which
+        consumers dedupe by event_id; it keeps an fsync per publish off the per-card path.
         """
-        with self.transaction(durable=False):
-            self._run("UPDATE events SET published = 1 WHERE published = 0 AND seq <= ?",
-                      (up_to_seq,))
+        self._run("UPDATE events SET published = 1 WHERE published = 0 AND seq <= ?",
+                  (up_to_seq,))
 
     def events_between(self, first: int, last: int | None, limit: int = 10_000) -> list[str]:
         last = last if last is not None else 2**62

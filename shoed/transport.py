@@ -3,6 +3,8 @@
 Both present the same small async interface: `open()`, `read()` (a chunk of bytes),
 `write(data)`, `close()`. Blocking library calls run in a worker thread with finite
 timeouts so the event loop never blocks; a vanished device raises TransportLost.
+A receiver set with `receive_with(callback)` gets every chunk in the loop as it arrives
+(no task switch per frame); `read()` then only reports the loss of the device.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from .core.errors import ShoedError
@@ -30,6 +33,7 @@ class Transport(Protocol):
 
     async def open(self) -> None: ...
     async def read(self) -> bytes: ...
+    def receive_with(self, receiver: Callable[[bytes], None]) -> None: ...
     def write(self, data: bytes) -> None: ...
     async def close(self) -> None: ...
 
@@ -46,6 +50,18 @@ class _ThreadedTransport:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._threads: list[threading.Thread] = []
         self._lost: BaseException | None = None
+        self._receiver: Callable[[bytes], None] | None = None
+
+    def receive_with(self, receiver: Callable[[bytes], None]) -> None:
+        """Deliver incoming chunks to `receiver` (called in the event loop) instead of
+        queueing them for read()."""
+        self._receiver = receiver
+
+    def _deliver(self, data: bytes) -> None:
+        if self._receiver is not None:
+            self._receiver(data)
+        else:
+            self._queue.put_nowait(data)
 
     # subclasses implement these three, called in worker threads
     def _open_blocking(self) -> None:
@@ -89,7 +105,7 @@ class _ThreadedTransport:
                     self._loop.call_soon_threadsafe(self._queue.put_nowait, lost)
                 return
             if data:
-                self._loop.call_soon_threadsafe(self._queue.put_nowait, data)
+                self._loop.call_soon_threadsafe(self._deliver, data)
 
     async def read(self) -> bytes:
         if self._lost is not None:
@@ -164,7 +180,7 @@ class SerialTransport(_ThreadedTransport):
             self._queue.put_nowait(TransportLost(f"{self.description}: {error}"))
             return
         if data:
-            self._queue.put_nowait(data)
+            self._deliver(data)
 
     def _stop_watching(self) -> None:
         if self._fd is not None and self._loop is not None:

@@ -95,10 +95,10 @@ def test_disk_full_stops_acks_then_recovers_without_loss(tmp_path: pathlib.Path,
             c = r.collector
             await wait_for(lambda: len(c.of("hand_result")) >= 1, 30, "a result")
             filler = state / "filler"
-            with open(filler, "wb") as f, pytest.raises(OSError):  # fill it to the last byte
+            # Fill it to the last byte; unbuffered, so closing has nothing left to write.
+            with open(filler, "wb", buffering=0) as f, pytest.raises(OSError):
                 while True:
                     f.write(b"\0" * 65536)
-                    f.flush()
             await wait_for(lambda: not r.daemon.storage_ok, 15, "storage_failed")
             await wait_for(lambda: c.retained.get("status", {}).get("storage_ok") is False,
                            10, "status says storage failed")
