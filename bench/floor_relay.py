@@ -2,7 +2,7 @@
 
 Reads a frame, appends it to a file with fsync, ACKs, publishes a small JSON event with
 QoS 1 (waiting for PUBACK). No rules, no state, no retransmission of its own.
-Usage: python bench/floor_relay.py PORT MQTT_PORT LOGFILE
+Usage: python bench/floor_relay.py PORT MQTT_PORT LOGFILE [TOPIC]
 """
 
 import json
@@ -16,8 +16,9 @@ from firmware_protocol import Ack, Card, StreamDecoder, build_frame, decode_mess
 from firmware_protocol.framing import RawFrame
 
 port, mqtt_port, path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+topic = sys.argv[4] if len(sys.argv) > 4 else "floor/events"
 line = serial.serial_for_url(port, baudrate=115200, timeout=1)
-client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="floor")
+client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2)
 client.connect("127.0.0.1", mqtt_port)
 client.loop_start()
 log = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
@@ -32,6 +33,6 @@ while True:
         line.write(build_frame(Ack.TYPE, 0, frame.seq.to_bytes(2, "little")))
         message = decode_message(frame.type_code, frame.payload)
         if isinstance(message, Card):
-            info = client.publish("floor/events", json.dumps(
+            info = client.publish(topic, json.dumps(
                 {"seq": frame.seq, "card_index": message.card_index}), qos=1)
             info.wait_for_publish()

@@ -171,7 +171,11 @@ async def run_target(target: str, cards: int, pace: float, broker: PrivateMosqui
     for i, seq in enumerate(shoe.card_seqs):
         if seq in shoe.sent and i in received:
             to_event.append(received[i] - shoe.sent[seq])
+    quarters = [to_event[i * len(to_event) // 4:(i + 1) * len(to_event) // 4] for i in range(4)]
     return {"target": target, "cards_sent": sent_cards, "elapsed_s": round(elapsed, 2),
+            # drift over the run: p50 card-to-event of each quarter of the cards
+            "card_to_event_p50_by_quarter_ms": [round(statistics.median(q) * 1000, 3)
+                                                for q in quarters if q],
             "cards_per_s": round(sent_cards / elapsed, 1),
             "card_to_ack_ms": summary(to_ack) if to_ack else None,
             "card_to_event_ms": summary(to_event) if to_event else None,

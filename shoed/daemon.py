@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import itertools
 import json
 import os
@@ -72,6 +73,7 @@ from .transport import SerialTransport, Transport, TransportLost, UsbTransport
 
 PULL_TYPES = (Card.TYPE, CardUnread.TYPE, CutCard.TYPE)
 RETAINED_REFRESH_S = 2.0
+OUTBOX_BATCH = 256  # events sent at once when catching up
 EFFECT_WRITE_DELAY_S = 0.2  # the longest an effect waits in memory when the broker is away
 
 
@@ -155,6 +157,7 @@ class Daemon:
         self._status_dirty = asyncio.Event()
         self._timer_wake = asyncio.Event()
         self._timer_due = 0.0  # when the timer loop wakes up by itself
+        self._state_published_seq: int | None = None
         self._stopping = asyncio.Event()
         self._accepting = True
         self._inputs_since_snapshot = 0
@@ -651,7 +654,11 @@ class Daemon:
         backoff = 0.5
         while not self._stopping.is_set():
             try:
-                async with aiomqtt.Client(**self._client_args()) as client:
+                client = aiomqtt.Client(**self._client_args())
+                # A backlog is sent in batches of up to OUTBOX_BATCH without waiting for
+                # each PUBACK: that many calls in flight is normal, not worth a warning.
+                client.pending_calls_threshold = OUTBOX_BATCH + 16
+                async with client:
                     self._client = client
                     self.mqtt_connected = True
                     backoff = 0.5
@@ -669,6 +676,9 @@ class Daemon:
             except* (OSError, ssl.SSLError) as errors:
                 self.log.warning("mqtt_unreachable", error=str(errors.exceptions[0]),
                                  retry_in_s=backoff)
+            except* Exception as errors:  # a bug must not end publishing for good
+                self.log.error("mqtt_loop_failed", error=repr(errors.exceptions[0]),
+                               retry_in_s=backoff, exc_info=errors.exceptions[0])
             finally:
                 self._client = None
                 self.mqtt_connected = False
@@ -686,10 +696,12 @@ class Daemon:
             return -1
 
     async def _publisher(self, client: aiomqtt.Client) -> None:
-        """Drain the outbox in seq order; an event leaves it only after its PUBACK."""
-        journal = self.journal
-        assert journal is not None
-        timeout = self.settings.mqtt.publish_timeout_s
+        """Drain the outbox in seq order; an event leaves it only after its PUBACK.
+
+        A batch (the events, then the retained state) is sent without waiting for each
+        PUBACK in turn: the broker acknowledges in order, so the PUBACKs are awaited in
+        order and the first failure ends the batch; what follows it is sent again.
+        """
         while not self._stopping.is_set():
             self._outbox_wake.clear()
             rows = self._take_fresh()
@@ -699,22 +711,43 @@ class Daemon:
                 await self._publish_state(client)
                 await wait_event(self._outbox_wake, 5.0)
                 continue
+            sent = [(seq, self._start_publish(client, "events", body)) for seq, body in rows]
+            state = self._changed_state()
+            state_sent = self._start_publish(client, "state", json.dumps(state), retain=True) \
+                if state is not None else None
             last_acked: int | None = None
             try:
-                for seq, body in rows:
-                    await client.publish(f"{self.root}/events", body, qos=1, timeout=timeout)
+                for seq, publishing in sent:
+                    await publishing
                     last_acked = seq
                     self._last_published = seq
                     self.stats["published"] += 1
+                if state_sent is not None and state is not None:
+                    await state_sent
+                    self._state_published_seq = state.get("seq")
             finally:
+                for _, publishing in sent:
+                    publishing.cancel()  # after a failure: these are sent again
+                if state_sent is not None:
+                    state_sent.cancel()
                 # Mark what got its PUBACK, also when the connection broke mid-batch; the
                 # same write puts the batch's events into the outbox if they were not yet.
                 if last_acked is not None:
                     self._acked_seq = max(self._acked_seq, last_acked)
                     self.write_effects()
-            await self._publish_state(client)
 
-    def _outbox_rows(self, limit: int = 256) -> list[tuple[int, str]]:
+    def _start_publish(self, client: aiomqtt.Client, subtopic: str, payload: str,
+                       retain: bool = False) -> asyncio.Task[None]:
+        """Send one QoS 1 message now; the task ends with its PUBACK."""
+        task = asyncio.ensure_future(client.publish(
+            f"{self.root}/{subtopic}", payload, qos=1, retain=retain,
+            timeout=self.settings.mqtt.publish_timeout_s))
+        # A failure is seen by whoever awaits the task; one left unawaited after an
+        # earlier failure must not be reported as "never retrieved".
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        return task
+
+    def _outbox_rows(self, limit: int = OUTBOX_BATCH) -> list[tuple[int, str]]:
         """The oldest unpublished events in seq order: the outbox on disk, followed by
         those still in memory when storage is failing."""
         self.write_effects()
@@ -736,10 +769,15 @@ class Daemon:
             return fresh
         return None
 
-    async def _publish_state(self, client: aiomqtt.Client) -> None:
+    def _changed_state(self) -> dict[str, Any] | None:
+        """The retained `state` when it differs from the one last published, else None."""
         assert self.engine is not None
         state = self.engine.public_state()
-        if state.get("seq") != getattr(self, "_state_published_seq", None):
+        return None if state.get("seq") == self._state_published_seq else state
+
+    async def _publish_state(self, client: aiomqtt.Client) -> None:
+        state = self._changed_state()
+        if state is not None:
             await client.publish(f"{self.root}/state", json.dumps(state), qos=1, retain=True)
             self._state_published_seq = state.get("seq")
 
@@ -903,6 +941,11 @@ class Daemon:
 
     async def run(self) -> None:
         self.restore()
+        # What exists now (modules, schemas, the restored state) lives as long as the
+        # process: keep it out of the collector's full passes, which would otherwise walk
+        # it every few thousand allocations and stall a card by milliseconds.
+        gc.collect()
+        gc.freeze()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
