@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import cProfile
 import pathlib
 import pstats
@@ -23,11 +24,8 @@ from shoed.daemon import Daemon  # noqa: E402
 from shoed.simulator import Script, SimulatedShoe  # noqa: E402
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--profile", action="store_true")
-    parser.add_argument("--cards", type=int, default=800)
-    args = parser.parse_args()
+async def main(args: argparse.Namespace) -> None:
+    """Inside an event loop, as in the daemon (the effect write is scheduled on it)."""
     tmp = pathlib.Path(tempfile.mkdtemp())
     settings = make_settings(tmp / "state", "mqtt://127.0.0.1:1", "unused",
                              rules={"decks": 12})
@@ -68,4 +66,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--cards", type=int, default=800)
+    asyncio.run(main(parser.parse_args()))

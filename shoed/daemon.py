@@ -16,6 +16,7 @@ import itertools
 import json
 import os
 import signal
+import socket
 import ssl
 import time
 from collections.abc import Callable
@@ -73,7 +74,7 @@ from .transport import SerialTransport, Transport, TransportLost, UsbTransport
 
 PULL_TYPES = (Card.TYPE, CardUnread.TYPE, CutCard.TYPE)
 RETAINED_REFRESH_S = 2.0
-OUTBOX_BATCH = 256  # events sent at once when catching up
+OUTBOX_BATCH = 256  # events read from the outbox at once when catching up
 EFFECT_WRITE_DELAY_S = 0.2  # the longest an effect waits in memory when the broker is away
 
 
@@ -636,6 +637,9 @@ class Daemon:
             "will": aiomqtt.Will(f"{self.root}/status", json.dumps({"online": False}),
                                  qos=1, retain=True),
             "timeout": mqtt.publish_timeout_s,
+            # Command answers can go out while an event awaits its PUBACK: without
+            # TCP_NODELAY, Nagle would hold one until the broker's TCP ACK (tens of ms).
+            "socket_options": [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
         }
         if mqtt.username:
             args["username"] = mqtt.username
@@ -654,11 +658,7 @@ class Daemon:
         backoff = 0.5
         while not self._stopping.is_set():
             try:
-                client = aiomqtt.Client(**self._client_args())
-                # A backlog is sent in batches of up to OUTBOX_BATCH without waiting for
-                # each PUBACK: that many calls in flight is normal, not worth a warning.
-                client.pending_calls_threshold = OUTBOX_BATCH + 16
-                async with client:
+                async with aiomqtt.Client(**self._client_args()) as client:
                     self._client = client
                     self.mqtt_connected = True
                     backoff = 0.5
@@ -698,9 +698,10 @@ class Daemon:
     async def _publisher(self, client: aiomqtt.Client) -> None:
         """Drain the outbox in seq order; an event leaves it only after its PUBACK.
 
-        A batch (the events, then the retained state) is sent without waiting for each
-        PUBACK in turn: the broker acknowledges in order, so the PUBACKs are awaited in
-        order and the first failure ends the batch; what follows it is sent again.
+        One message at a time, each after the PUBACK of the one before. Sending a batch
+        at once costs less CPU, but then the broker answers with PUBACKs back to back,
+        and a broker without TCP_NODELAY (Mosquitto's default) holds the second until
+        our delayed TCP ACK, up to 40 ms, which the next card's event would wait behind.
         """
         while not self._stopping.is_set():
             self._outbox_wake.clear()
@@ -711,41 +712,21 @@ class Daemon:
                 await self._publish_state(client)
                 await wait_event(self._outbox_wake, 5.0)
                 continue
-            sent = [(seq, self._start_publish(client, "events", body)) for seq, body in rows]
-            state = self._changed_state()
-            state_sent = self._start_publish(client, "state", json.dumps(state), retain=True) \
-                if state is not None else None
             last_acked: int | None = None
             try:
-                for seq, publishing in sent:
-                    await publishing
+                for seq, body in rows:
+                    await client.publish(f"{self.root}/events", body, qos=1,
+                                         timeout=self.settings.mqtt.publish_timeout_s)
                     last_acked = seq
                     self._last_published = seq
                     self.stats["published"] += 1
-                if state_sent is not None and state is not None:
-                    await state_sent
-                    self._state_published_seq = state.get("seq")
             finally:
-                for _, publishing in sent:
-                    publishing.cancel()  # after a failure: these are sent again
-                if state_sent is not None:
-                    state_sent.cancel()
                 # Mark what got its PUBACK, also when the connection broke mid-batch; the
                 # same write puts the batch's events into the outbox if they were not yet.
                 if last_acked is not None:
                     self._acked_seq = max(self._acked_seq, last_acked)
                     self.write_effects()
-
-    def _start_publish(self, client: aiomqtt.Client, subtopic: str, payload: str,
-                       retain: bool = False) -> asyncio.Task[None]:
-        """Send one QoS 1 message now; the task ends with its PUBACK."""
-        task = asyncio.ensure_future(client.publish(
-            f"{self.root}/{subtopic}", payload, qos=1, retain=retain,
-            timeout=self.settings.mqtt.publish_timeout_s))
-        # A failure is seen by whoever awaits the task; one left unawaited after an
-        # earlier failure must not be reported as "never retrieved".
-        task.add_done_callback(lambda t: t.cancelled() or t.exception())
-        return task
+            await self._publish_state(client)
 
     def _outbox_rows(self, limit: int = OUTBOX_BATCH) -> list[tuple[int, str]]:
         """The oldest unpublished events in seq order: the outbox on disk, followed by
@@ -945,7 +926,7 @@ class Daemon:
         # process: keep it out of the collector's full passes, which would otherwise walk
         # it every few thousand allocations and stall a card by milliseconds.
         gc.collect()
-        gc.freeze()
+        # gc.freeze()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):

@@ -302,6 +302,8 @@ def iso(at: float) -> str:
 
 # --- the engine ----------------------------------------------------------------------------
 
+_EMPTY_COMMENCEMENT = CommencementState()  # a placeholder while a checkpoint is pickled
+
 
 class Engine:
     """The dealing state machine. See the module docstring for states and invariants."""
@@ -351,22 +353,33 @@ class Engine:
 
     def checkpoint(self, full: bool) -> Callable[[], EngineState]:
         """Something to roll back to, paid for mostly on failure (pickle bytes, loaded only
-        then). Device inputs only append to `records`, so for them the finished-hand
-        records are kept by reference rather than serialised (the hot path per card)."""
+        then). For device inputs (the hot path per card) two parts are kept by reference
+        rather than serialised, because device inputs never change them in place: the
+        finished-hand `records` (only appended to) and, once the shoe is past it, the
+        commencement (changed only while the phase is "commencement"; a new shoe is a
+        new object)."""
         if full:
             blob = pickle.dumps(self.s, protocol=pickle.HIGHEST_PROTOCOL)
             return lambda: cast(EngineState, pickle.loads(blob))
         records = self.s.records
+        shoe = self.s.shoe
+        commencement = shoe.commencement if shoe and shoe.phase != "commencement" else None
         self.s.records = []
+        if shoe is not None and commencement is not None:
+            shoe.commencement = _EMPTY_COMMENCEMENT
         try:
             blob = pickle.dumps(self.s, protocol=pickle.HIGHEST_PROTOCOL)
         finally:
             self.s.records = records
+            if shoe is not None and commencement is not None:
+                shoe.commencement = commencement
         kept = list(records)
 
         def load() -> EngineState:
             state = cast(EngineState, pickle.loads(blob))
             state.records = kept
+            if state.shoe is not None and commencement is not None:
+                state.shoe.commencement = commencement
             return state
 
         return load
