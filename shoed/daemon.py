@@ -53,7 +53,7 @@ from .aio import wait_event
 from .clock import clock_synchronised
 from .config import Settings, load_manifest
 from .core.commands import Command, CommandRejection, Replay, parse_command
-from .core.engine import Engine, EngineConfig, Output
+from .core.engine import DeviceRequest, Engine, EngineConfig, Output
 from .core.inputs import (
     INPUT_ADAPTER,
     CommandInput,
@@ -159,6 +159,7 @@ class Daemon:
         self._timer_wake = asyncio.Event()
         self._timer_due = 0.0  # when the timer loop wakes up by itself
         self._state_published_seq: int | None = None
+        self._device_requests: list[DeviceRequest] = []  # gate/indicator, sent next turn
         self._stopping = asyncio.Event()
         self._accepting = True
         self._inputs_since_snapshot = 0
@@ -332,10 +333,11 @@ class Daemon:
         try:
             with journal.transaction(durable=False):
                 written = self._write_effects_in_transaction()
+            self._effects_written(*written)
+            journal.checkpoint_if_due()  # here, after the publish: nothing waits on it
         except StorageError as error:
             self._storage_failed(str(error))
             return False
-        self._effects_written(*written)
         return True
 
     def _effects_later(self) -> None:
@@ -415,8 +417,17 @@ class Daemon:
             self._fresh.extend((e.seq, self._serialised.pop(e.seq)) for e in out.events)
             del self._fresh[:-1024]  # a backlog is read from the outbox instead
             self._outbox_wake.set()
+        if out.device:
+            # Sent on the loop's next turn, after the publisher has taken the events:
+            # a dealer's light may come a fraction of a millisecond later, the event not.
+            if not self._device_requests:
+                asyncio.get_running_loop().call_soon(self._send_device_requests)
+            self._device_requests += out.device
+
+    def _send_device_requests(self) -> None:
         assert self.link is not None
-        for request in out.device:
+        requests, self._device_requests = self._device_requests, []
+        for request in requests:
             message = SetGate(request.value) if request.kind == "gate" \
                 else SetIndicator(request.value)
             self.link.send(message, time.monotonic(), coalesce=True)
@@ -909,6 +920,9 @@ class Daemon:
             if interval:
                 self.notifier.notify(WATCHDOG=1)  # from the loop itself: a hung loop is seen
             self._notify_status()
+            if self.journal is not None and self.storage_ok:
+                with contextlib.suppress(StorageError):  # commands alone also grow the WAL
+                    self.journal.checkpoint_if_due()
             if time.time() - last_prune > 3600 and self.journal is not None:
                 last_prune = time.time()
                 with contextlib.suppress(StorageError):
@@ -926,7 +940,7 @@ class Daemon:
         # process: keep it out of the collector's full passes, which would otherwise walk
         # it every few thousand allocations and stall a card by milliseconds.
         gc.collect()
-        # gc.freeze()
+        gc.freeze()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):

@@ -35,6 +35,11 @@ CREATE TABLE IF NOT EXISTS responses (
 """
 
 
+# A commit adds a few 1 KiB pages to the WAL: this keeps it to a few MB, as SQLite's own
+# default (a checkpoint at 1000 pages) would.
+CHECKPOINT_EVERY_COMMITS = 1000
+
+
 class StorageError(ShoedError):
     """The journal cannot be read or written; nothing may be acknowledged."""
 
@@ -65,8 +70,18 @@ class Journal:
         try:
             self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             os.chmod(self.path, 0o640)
+            # 1 KiB pages (for a new journal; an existing one keeps its own): a card's
+            # record is a few hundred bytes, and each page it touches is written to the
+            # WAL and fsynced before the ACK. Measured: 0.48 ms per record against 0.66 ms
+            # with 4 KiB pages (docs/performance.md).
+            self._db.execute("PRAGMA page_size=1024")
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
+            # No checkpoint inside a commit (SQLite's default every 1000 pages would copy
+            # the WAL into the database inside whichever commit crosses it, a card's
+            # record before its ACK among them): the daemon calls checkpoint_if_large()
+            # at a moment when nothing waits (checkpoint_if_due).
+            self._db.execute("PRAGMA wal_autocheckpoint=0")
             self._db.execute("PRAGMA foreign_keys=ON")
             integrity = self._db.execute("PRAGMA quick_check").fetchone()[0]
             if integrity != "ok":
@@ -75,6 +90,7 @@ class Journal:
         except sqlite3.Error as error:
             raise StorageError(f"journal {self.path}: {error}") from error
         self._in_tx = False
+        self._commits_since_checkpoint = 0
         self.instance_id = self.meta("instance_id") or self._new_instance()
 
     def _new_instance(self) -> str:
@@ -98,6 +114,7 @@ class Journal:
             self._in_tx = True
             yield
             self._db.execute("COMMIT")
+            self._commits_since_checkpoint += 1
         except sqlite3.Error as error:
             self._rollback()
             raise StorageError(f"journal write failed: {error}") from error
@@ -109,6 +126,20 @@ class Journal:
             if not durable:
                 with suppress(sqlite3.Error):
                     self._db.execute("PRAGMA synchronous=FULL")
+
+    def checkpoint_if_due(self, every: int = CHECKPOINT_EVERY_COMMITS) -> bool:
+        """Copy the write-ahead log into the database once `every` commits have gone into
+        it since the last time; True if a checkpoint ran. Raises StorageError on failure.
+
+        PASSIVE, not TRUNCATE: the next commit writes the WAL from its start again, over
+        blocks the file already has (a file growing anew after every checkpoint would
+        make each commit's fsync also write the file's new size).
+        """
+        if self._commits_since_checkpoint < every or self._in_tx:
+            return False
+        self._run("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        self._commits_since_checkpoint = 0
+        return True
 
     def _rollback(self) -> None:
         with suppress(sqlite3.Error):
