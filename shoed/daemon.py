@@ -1,10 +1,12 @@
 """`shoed run`: the link, the engine, the journal and MQTT, wired together.
 
 The order of things for every frame from the shoe (spec section 3, durability rule):
-decode -> engine input(s) -> one journal transaction (input, events, dedup state) ->
-ACK. For every command: validate -> one transaction (input, events, answer) -> answer.
-Events leave the on-disk outbox only after the broker's PUBACK, so a dead broker, a
-kill -9 or a noisy line loses nothing and applies nothing twice.
+decode -> engine input(s) -> one fsynced journal transaction (inputs, dedup state) ->
+ACK -> engine -> events to the publisher -> PUBACK -> their outbox rows (unsynced; a
+crash before them regenerates them from the record, same seq and event_id). For every
+command: validate -> one fsynced transaction (input, events, answer) -> answer. An event
+counts as delivered only after the broker's PUBACK, so a dead broker, a kill -9 or a
+noisy line loses nothing and applies nothing twice (docs/decisions.md 28).
 """
 
 from __future__ import annotations

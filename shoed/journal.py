@@ -1,10 +1,13 @@
 """The durable journal: SQLite in WAL mode with synchronous=FULL (fsync on every commit).
 
-One transaction holds everything one input changes: the input itself (so the engine
-can be replayed), the events it produced (the outbox), the link's duplicate-detection
-state, and a command's answer. The daemon ACKs the shoe, or answers a command, only
-after :meth:`Journal.commit` returned. Events leave the outbox (``published = 1``) only
-after the broker's PUBACK; published events stay for `retention_days` for `replay`.
+What it keeps: the inputs (so the engine can be replayed from the latest snapshot), the
+events they produced (the outbox), the link's duplicate-detection state, command
+answers, snapshots. The daemon ACKs the shoe only after the frame's inputs and the
+dedup state are committed (fsynced), and answers a command only after its input, events
+and answer are. Events derived from a recorded frame may be written later without an
+fsync of their own (they can be derived again). Events leave the outbox
+(``published = 1``) only after the broker's PUBACK; published events stay for
+`retention_days` for `replay`.
 """
 
 from __future__ import annotations
