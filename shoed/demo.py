@@ -203,10 +203,10 @@ async def _demo(args: argparse.Namespace) -> int:
     tasks.append(asyncio.create_task(_viewer(host, port, settings.topic_root, view,
                                              args.betting, betting_s=2.0)))
     try:
-        if args.duration:
-            await asyncio.wait(tasks, timeout=args.duration, return_when=asyncio.FIRST_EXCEPTION)
-        else:
-            await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        # Any task ending ends the demo: the daemon ends on Ctrl-C (its SIGINT handler)
+        # or SIGTERM, and the shoe and the viewer never end on their own but by failing.
+        await asyncio.wait(tasks, timeout=args.duration or None,
+                           return_when=asyncio.FIRST_COMPLETED)
         for task in tasks:
             if task.done() and task.exception() is not None:
                 raise task.exception()  # type: ignore[misc]
