@@ -925,6 +925,10 @@ class Daemon:
             if self.journal is not None and self.storage_ok:
                 with contextlib.suppress(StorageError):  # commands alone also grow the WAL
                     self.journal.checkpoint_if_due()
+            elif self.journal is not None:
+                # Storage failed: try again now, not only when the next frame or command
+                # comes (with the gate locked, the shoe may send nothing for a while).
+                self._storage_retry()
             if time.time() - last_prune > 3600 and self.journal is not None:
                 last_prune = time.time()
                 with contextlib.suppress(StorageError):
