@@ -85,6 +85,9 @@ class SimulatedShoe:
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
+        # Line faults draw from their own stream: how often the line is written depends on
+        # timing (retransmissions), and must not change which cards the seed deals.
+        self.line_rng = random.Random(self.seed ^ 0x11E5EED)
         self.gate_locked = False
         self.indicator = 0
         self.cards_dealt = 0
@@ -147,7 +150,7 @@ class SimulatedShoe:
         data = self.link.data_to_send()
         if not data:
             return data
-        script, rng = self.script, self.rng
+        script, rng = self.script, self.line_rng
         if script.noise_rate and rng.random() < script.noise_rate:
             i = rng.randrange(len(data))
             data = data[:i] + bytes([rng.randrange(1, 256)]) + data[i + 1:]
