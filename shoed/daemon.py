@@ -170,12 +170,11 @@ class Daemon:
         self._last_status = ""
         # Applied in memory, not yet in the outbox: (seq, event_id, type, body).
         self._unwritten: list[tuple[int, str, str, str]] = []
-        self._serialised: dict[int, str] = {}  # event bodies on their way to the publisher
         self._last_applied_input = 0
         self._acked_seq = 0  # the newest event with a PUBACK (all before it have one)
         self._marked_seq = 0  # the newest event marked published on disk
         self._effects_timer: asyncio.TimerHandle | None = None
-        self._fresh: list[tuple[int, str]] = []  # events just written, for the publisher
+        self._fresh: list[tuple[int, str]] = []  # events just applied, for the publisher
         self._last_published = -1  # unknown until the outbox has been read once
         self._log_info = settings.log.level in ("debug", "info")
         self._crash_after = int(os.environ.get("SHOED_TEST_CRASH_AFTER_COMMIT", "0") or 0)
@@ -260,7 +259,8 @@ class Daemon:
         pending effects are as before the call, and the error is raised."""
         engine, journal = self.engine, self.journal
         assert engine is not None and journal is not None
-        before = (len(self._unwritten), self._inputs_since_snapshot, self._last_applied_input)
+        before = (len(self._unwritten), len(self._fresh), self._inputs_since_snapshot,
+                  self._last_applied_input)
         rollback = None
         outputs: list[Output] = []
         try:
@@ -277,23 +277,23 @@ class Daemon:
         except StorageError:
             if rollback is not None:
                 engine.s = rollback()
-            for row in self._unwritten[before[0]:]:
-                self._serialised.pop(row[0], None)
             del self._unwritten[before[0]:]
-            self._inputs_since_snapshot, self._last_applied_input = before[1:]
+            del self._fresh[before[1]:]  # not handed over: the publisher runs only after us
+            self._inputs_since_snapshot, self._last_applied_input = before[2:]
             raise
         self._effects_written(*written)
         return outputs
 
     def _apply(self, input_id: int, inp: Input) -> Output:
-        """Apply one recorded input in memory; its events join the unwritten effect."""
+        """Apply one recorded input in memory; its events join the unwritten effect and
+        the publisher's queue (which it reads once the caller has returned)."""
         engine = self.engine
         assert engine is not None
         out = engine.handle(inp)
         for event in out.events:
             body = event.model_dump_json()  # once: for the outbox and for the publisher
             self._unwritten.append((event.seq, event.event_id, event.type, body))
-            self._serialised[event.seq] = body
+            self._fresh.append((event.seq, body))
         self._last_applied_input = input_id
         self._inputs_since_snapshot += 1
         return out
@@ -416,7 +416,6 @@ class Daemon:
         for event in out.events:
             self._log_event(event)
         if out.events:
-            self._fresh.extend((e.seq, self._serialised.pop(e.seq)) for e in out.events)
             del self._fresh[:-1024]  # a backlog is read from the outbox instead
             self._outbox_wake.set()
         if out.device:
@@ -701,12 +700,14 @@ class Daemon:
             backoff = min(backoff * 2, 10.0)
 
     def _outbox_depth(self) -> int:
-        """Events not yet acknowledged by the broker (-1: the journal cannot be read)."""
-        self.write_effects()
+        """Events not yet acknowledged by the broker, on disk or still in memory (-1: the
+        journal cannot be read)."""
+        acked = self._acked_seq
         try:
-            return (self.journal.outbox_depth() if self.journal else 0) + len(self._unwritten)
+            on_disk = self.journal.outbox_depth(after_seq=acked) if self.journal else 0
         except StorageError:
             return -1
+        return on_disk + sum(1 for row in self._unwritten if row[0] > acked)
 
     async def _publisher(self, client: aiomqtt.Client) -> None:
         """Drain the outbox in seq order; an event leaves it only after its PUBACK.
@@ -763,15 +764,10 @@ class Daemon:
             return fresh
         return None
 
-    def _changed_state(self) -> dict[str, Any] | None:
-        """The retained `state` when it differs from the one last published, else None."""
+    async def _publish_state(self, client: aiomqtt.Client) -> None:
         assert self.engine is not None
         state = self.engine.public_state()
-        return None if state.get("seq") == self._state_published_seq else state
-
-    async def _publish_state(self, client: aiomqtt.Client) -> None:
-        state = self._changed_state()
-        if state is not None:
+        if state.get("seq") != self._state_published_seq:
             await client.publish(f"{self.root}/state", json.dumps(state), qos=1, retain=True)
             self._state_published_seq = state.get("seq")
 

@@ -82,8 +82,8 @@ class Journal:
             self._db.execute("PRAGMA synchronous=FULL")
             # No checkpoint inside a commit (SQLite's default every 1000 pages would copy
             # the WAL into the database inside whichever commit crosses it, a card's
-            # record before its ACK among them): the daemon calls checkpoint_if_large()
-            # at a moment when nothing waits (checkpoint_if_due).
+            # record before its ACK among them): the daemon calls checkpoint_if_due() at
+            # a moment when nothing waits.
             self._db.execute("PRAGMA wal_autocheckpoint=0")
             self._db.execute("PRAGMA foreign_keys=ON")
             integrity = self._db.execute("PRAGMA quick_check").fetchone()[0]
@@ -210,8 +210,11 @@ class Journal:
                          (limit,)).fetchall()
         return [(int(r[0]), str(r[1])) for r in rows]
 
-    def outbox_depth(self) -> int:
-        return int(self._run("SELECT COUNT(*) FROM events WHERE published = 0").fetchone()[0])
+    def outbox_depth(self, after_seq: int = 0) -> int:
+        """Unpublished events, not counting those up to `after_seq` (acknowledged by the
+        broker and not yet marked)."""
+        return int(self._run("SELECT COUNT(*) FROM events WHERE published = 0 AND seq > ?",
+                             (after_seq,)).fetchone()[0])
 
     def mark_published(self, up_to_seq: int) -> None:
         """Every event up to `up_to_seq` got its PUBACK (they are published in order).

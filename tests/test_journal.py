@@ -42,6 +42,8 @@ def test_event_written_after_its_puback_is_not_published_again(tmp_path: pathlib
         journal.add_event(1, "T-i-1", "card", "{}", published=True)
         journal.add_event(2, "T-i-2", "card", "{}")
     assert journal.unpublished() == [(2, "{}")]
+    assert journal.outbox_depth() == 1
+    assert journal.outbox_depth(after_seq=2) == 0  # acknowledged, not yet marked
     with journal.transaction(durable=False):
         journal.mark_published(2)
         journal.add_event(2, "T-i-2", "card", "{changed}")  # a replay: ignored
