@@ -31,6 +31,8 @@ import aiomqtt
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from procfs import cpu_seconds, rss_kb  # noqa: E402
+
 from firmware_protocol import Delivered  # noqa: E402
 from firmware_protocol.messages import Card  # noqa: E402
 from shoed.broker import PrivateMosquitto  # noqa: E402
@@ -151,12 +153,7 @@ async def run_target(target: str, cards: int, pace: float, broker: PrivateMosqui
     sent_cards = len(shoe.card_seqs)
     elapsed = time.perf_counter() - started
     await asyncio.sleep(1.0)
-    rss_kb = None
-    status = pathlib.Path(f"/proc/{proc.pid}/status")
-    if status.exists():
-        for line in status.read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                rss_kb = int(line.split()[1])
+    rss = rss_kb(proc.pid)
     proc.send_signal(signal.SIGTERM)
     try:
         proc.wait(timeout=10)
@@ -174,7 +171,7 @@ async def run_target(target: str, cards: int, pace: float, broker: PrivateMosqui
     return {"target": target, "cards_sent": sent_cards, "elapsed_s": round(elapsed, 2),
             "cards_per_s": round(sent_cards / elapsed, 1),
             "to_ack": to_ack, "to_event": to_event,
-            "rss_kb_after": rss_kb, "ready_s": round(ready_s, 3) if ready_s else None}
+            "rss_kb_after": rss, "ready_s": round(ready_s, 3) if ready_s else None}
 
 
 def pooled(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -216,16 +213,10 @@ async def footprint(broker: PrivateMosquitto, idle_s: float) -> dict[str, Any]:
                             stdout=subprocess.DEVNULL)
     await asyncio.sleep(5)
 
-    def cpu_ticks() -> int:
-        fields = pathlib.Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return int(fields[11]) + int(fields[12])
-
-    before = cpu_ticks()
+    before = cpu_seconds(proc.pid)
     await asyncio.sleep(idle_s)
-    used = (cpu_ticks() - before) / os.sysconf("SC_CLK_TCK")
-    rss = next(int(line.split()[1]) for line in
-               pathlib.Path(f"/proc/{proc.pid}/status").read_text().splitlines()
-               if line.startswith("VmRSS:"))
+    used = cpu_seconds(proc.pid) - before
+    rss = rss_kb(proc.pid)
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=10)
     runner.cancel()

@@ -32,10 +32,10 @@ import aiomqtt
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from procfs import cpu_seconds, rss_kb  # noqa: E402
+
 from shoed.broker import PrivateMosquitto  # noqa: E402
 from shoed.config import write_config  # noqa: E402
-
-TICK = os.sysconf("SC_CLK_TCK")
 
 
 def config(tmp: pathlib.Path, table: str, port: int) -> pathlib.Path:
@@ -46,23 +46,6 @@ def config(tmp: pathlib.Path, table: str, port: int) -> pathlib.Path:
         "state": {"dir": str(tmp / "state")},
         "log": {"format": "json", "level": "warning"},
     })
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU of a process so far (0 when it is gone)."""
-    try:
-        fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / TICK
-
-
-def rss_kb(pid: int) -> int | None:
-    try:
-        lines = pathlib.Path(f"/proc/{pid}/status").read_text().splitlines()
-    except OSError:
-        return None
-    return next((int(x.split()[1]) for x in lines if x.startswith("VmRSS:")), None)
 
 
 async def main() -> None:

@@ -1,0 +1,26 @@
+"""What /proc says about a process: CPU used and resident memory (for the benches)."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process so far (0 when it is gone)."""
+    try:
+        fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def rss_kb(pid: int) -> int | None:
+    """Resident set size in KiB (None when the process is gone)."""
+    try:
+        lines = pathlib.Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return None
+    return next((int(x.split()[1]) for x in lines if x.startswith("VmRSS:")), None)
