@@ -37,6 +37,13 @@ def test_right_command_wrong_fields(name: str, fields: dict[str, object]) -> Non
         assert result.message
 
 
+def test_invalid_utf8_is_not_json() -> None:
+    """Not repaired into a command: a byte that is not UTF-8 makes the payload invalid."""
+    rejected = parse_command(b'{"request_id": "a\xff", "command": "resume", "operator": "x"}')
+    assert isinstance(rejected, CommandRejection) and rejected.code == "invalid_json"
+    assert "0xff at offset 17" in rejected.message
+
+
 def test_hostile_payloads() -> None:
     deep = "[" * 5000 + "]" * 5000
     rejected_deep = parse_command(deep)

@@ -154,7 +154,12 @@ def parse_command(payload: bytes | str) -> Command | CommandRejection:
             request_id=None, code="invalid_json",
             message=f"expected at most {MAX_COMMAND_BYTES} bytes, got {len(payload)}",
         )
-    text = payload.decode("utf-8", "replace") if isinstance(payload, bytes) else payload
+    try:
+        text = payload.decode("utf-8") if isinstance(payload, bytes) else payload
+    except UnicodeDecodeError as error:  # JSON text is UTF-8 (RFC 8259)
+        return CommandRejection(request_id=None, code="invalid_json",
+                                message=f"expected UTF-8, got byte 0x{payload[error.start]:02x} "
+                                        f"at offset {error.start}")
     depth = nesting_depth(text)
     if depth > MAX_NESTING:
         # Refused before parsing: deep nesting would reach the interpreter's recursion
