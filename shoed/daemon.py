@@ -71,6 +71,7 @@ from .core.inputs import (
     Tick,
 )
 from .journal import Journal, StorageError
+from .mqtt_writes import send_when_queued
 from .sdnotify import Notifier
 from .transport import SerialTransport, Transport, TransportLost, UsbTransport
 
@@ -671,6 +672,7 @@ class Daemon:
         while not self._stopping.is_set():
             try:
                 async with aiomqtt.Client(**self._client_args()) as client:
+                    send_when_queued(client)  # the event's bytes leave without a loop turn
                     self._client = client
                     self.mqtt_connected = True
                     backoff = 0.5

@@ -1,0 +1,86 @@
+"""shoed.mqtt_writes: packets leave when paho queues them, against a real Mosquitto."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import aiomqtt
+import pytest
+
+from shoed.mqtt_writes import send_when_queued
+
+pytestmark = pytest.mark.broker
+
+
+def client_for(broker, **kwargs) -> aiomqtt.Client:
+    return aiomqtt.Client("127.0.0.1", broker.port, timeout=5,
+                          socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)], **kwargs)
+
+
+async def queued_after_first_step(client: aiomqtt.Client) -> bool:
+    """Start a QoS 1 publish, let it run up to its first wait, and say whether paho still
+    holds the packet (it has not reached the socket)."""
+    task = asyncio.create_task(client.publish("t/step", b"x", qos=1))
+    await asyncio.sleep(0)  # the task runs up to awaiting the PUBACK
+    still_queued = client._client.want_write()
+    await task
+    return still_queued
+
+
+def test_a_publish_is_on_the_socket_before_the_loop_turns(broker) -> None:
+    async def scenario() -> tuple[bool, bool]:
+        async with client_for(broker) as plain:
+            without = await queued_after_first_step(plain)
+        async with client_for(broker) as client:
+            send_when_queued(client)
+            with_it = await queued_after_first_step(client)
+        return without, with_it
+
+    without, with_it = asyncio.run(scenario())
+    assert without is True  # aiomqtt alone: the packet waits for a writer callback
+    assert with_it is False  # written at once
+
+
+def test_a_large_message_and_a_burst_arrive_whole_and_in_order(broker) -> None:
+    """A 4 MiB payload does not fit the socket's send buffer: the rest goes through
+    aiomqtt's writer, and the small messages queued behind it keep their order."""
+    big = bytes(range(256)) * (4 * 4096)
+
+    async def scenario() -> list[bytes]:
+        got: list[bytes] = []
+        async with client_for(broker) as subscriber, client_for(broker) as client:
+            await subscriber.subscribe("t/burst", qos=1)
+            send_when_queued(client)
+            sends = [client.publish("t/burst", b"first", qos=1),
+                     client.publish("t/burst", big, qos=1)]
+            sends += [client.publish("t/burst", f"{i}".encode(), qos=1) for i in range(200)]
+            await asyncio.gather(*sends)
+            async with asyncio.timeout(20):
+                async for message in subscriber.messages:
+                    got.append(bytes(message.payload))  # type: ignore[arg-type]
+                    if len(got) == 202:
+                        break
+        return got
+
+    got = asyncio.run(scenario())
+    assert got[0] == b"first"
+    assert got[1] == big
+    assert got[2:] == [f"{i}".encode() for i in range(200)]
+
+
+def test_a_lost_broker_is_reported_as_an_mqtt_error(broker) -> None:
+    async def scenario() -> None:
+        async with client_for(broker) as client:
+            send_when_queued(client)
+            await client.publish("t/lost", b"before", qos=1)
+            broker.stop()
+            with pytest.raises(aiomqtt.MqttError):
+                for _ in range(50):  # the first write may still land in the kernel
+                    await client.publish("t/lost", b"after", qos=1, timeout=1)
+                    await asyncio.sleep(0.05)
+
+    try:
+        asyncio.run(scenario())
+    except* aiomqtt.MqttError:
+        pass  # leaving `async with` on a dead connection may raise too; that is expected
