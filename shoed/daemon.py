@@ -163,6 +163,7 @@ class Daemon:
         self._timer_due = 0.0  # when the timer loop wakes up by itself
         self._state_published_seq: int | None = None
         self._device_requests: list[DeviceRequest] = []  # gate/indicator, sent next turn
+        self._unlogged: list[Any] = []  # events applied, logged next turn
         self._stopping = asyncio.Event()
         self._accepting = True
         self._inputs_since_snapshot = 0
@@ -414,17 +415,27 @@ class Daemon:
         return True
 
     def _after_output(self, out: Output) -> None:
-        for event in out.events:
-            self._log_event(event)
         if out.events:
             del self._fresh[:-1024]  # a backlog is read from the outbox instead
             self._outbox_wake.set()
-        if out.device:
-            # Sent on the loop's next turn, after the publisher has taken the events:
-            # a dealer's light may come a fraction of a millisecond later, the event not.
-            if not self._device_requests:
-                asyncio.get_running_loop().call_soon(self._send_device_requests)
-            self._device_requests += out.device
+        if not (out.events or out.device):
+            return
+        # Gate/indicator frames and the log lines follow on the loop's next turn, after
+        # the publisher (woken just above) has sent the events: a dealer's light or a
+        # log line may come a fraction of a millisecond later, the event not.
+        if not (self._device_requests or self._unlogged):
+            asyncio.get_running_loop().call_soon(self._after_publisher_turn)
+        self._device_requests += out.device
+        self._unlogged += out.events
+
+    def _after_publisher_turn(self) -> None:
+        if self._device_requests:
+            self._send_device_requests()
+        events, self._unlogged = self._unlogged, []
+        for event in events:
+            self._log_event(event)
+        if self.engine is not None:
+            self.engine.prepare_checkpoint()  # the next card's, while nothing waits
 
     def _send_device_requests(self) -> None:
         assert self.link is not None

@@ -71,3 +71,56 @@ def test_the_rollback_handle_restores_a_device_input() -> None:
     assert engine.last_rollback is not None
     engine.s = engine.last_rollback()
     assert engine.s.model_dump() == before
+
+
+def test_a_prepared_checkpoint_rolls_back_like_one_taken_in_handle(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The daemon prepares the next card's checkpoint after an event has left; handle()
+    then uses it, and a failing input still comes back whole."""
+    table = _dealing_table()
+    engine = table.engine
+    engine.prepare_checkpoint()
+    before = _state(engine)
+    records_before = len(engine.s.records)
+    taken: list[bool] = []
+    original = Engine.checkpoint
+
+    def counting(self: Engine, full: bool) -> Any:
+        taken.append(full)
+        return original(self, full)
+
+    def broken(self: Engine, *args: object) -> None:
+        self.s.records.append({"hand_no": 999})
+        assert self.s.shoe is not None
+        self.s.shoe.card_counter += 100
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(Engine, "checkpoint", counting)
+    monkeypatch.setattr(Engine, "_advance", broken)
+    table.draw("KD")
+    assert taken == []  # the prepared one was used
+    assert len(engine.s.records) == records_before
+    assert _state(engine) == before
+
+
+def test_a_stale_prepared_checkpoint_is_not_used() -> None:
+    """Prepared, then another input handled (or the state replaced): handle() takes its
+    own, so a rollback never returns to a state older than the input's."""
+    table = _dealing_table()
+    engine = table.engine
+    engine.prepare_checkpoint()
+    table.draw("QC")  # uses it
+    engine.prepare_checkpoint()
+    table.draw("2D")  # uses the new one
+    middle = engine.s.model_dump()
+    engine.prepare_checkpoint()
+    engine.s = engine.s.model_copy(deep=True)  # e.g. the daemon's storage rollback
+    table.draw("3D")
+    assert engine.last_rollback is not None
+    assert engine.last_rollback().model_dump() == middle
+    engine.prepare_checkpoint()
+    before_4d = engine.s.model_dump()
+    table.draw("4D")
+    table.draw("5D")  # handled without a new prepare: the old one is stale
+    assert engine.last_rollback is not None
+    assert engine.last_rollback().model_dump() != before_4d

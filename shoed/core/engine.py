@@ -317,6 +317,10 @@ class Engine:
         #: Restores the state from before the latest handle(): the daemon uses it when the
         #: journal cannot store what that input did (memory must not run ahead of disk).
         self.last_rollback: Callable[[], EngineState] | None = None
+        # A device-input checkpoint taken ahead of time (prepare_checkpoint), valid while
+        # the state object and the number of inputs handled are what they were then.
+        self._prepared: tuple[EngineState, int, Callable[[], EngineState]] | None = None
+        self._handled = 0
 
     # -- public API ---------------------------------------------------------------------
 
@@ -329,7 +333,14 @@ class Engine:
 
     def handle(self, inp: Input) -> Output:
         """Apply one input. Never raises; a refused command changes nothing."""
-        rollback = self.checkpoint(full=isinstance(inp, CommandInput))
+        full = isinstance(inp, CommandInput)
+        prepared, self._prepared = self._prepared, None
+        if not full and prepared is not None and prepared[0] is self.s \
+                and prepared[1] == self._handled:
+            rollback = prepared[2]
+        else:
+            rollback = self.checkpoint(full)
+        self._handled += 1
         self.last_rollback = rollback
         self._out = Output()
         self._at = inp.at
@@ -350,6 +361,13 @@ class Engine:
                 self._out.error = CommandError("engine_error", repr(error))
             return self._out
         return self._out
+
+    def prepare_checkpoint(self) -> None:
+        """Take the checkpoint the next device input needs now, while nothing waits (the
+        daemon calls this after a card's event has left). handle() uses it only if the
+        state is still the same object and no input was handled since; the state must
+        not be changed in place outside handle() in between (nothing does)."""
+        self._prepared = (self.s, self._handled, self.checkpoint(full=False))
 
     def checkpoint(self, full: bool) -> Callable[[], EngineState]:
         """Something to roll back to, paid for mostly on failure (pickle bytes, loaded only
