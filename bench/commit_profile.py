@@ -31,7 +31,8 @@ async def main(args: argparse.Namespace) -> None:
                              rules={"decks": 12})
     daemon = Daemon(settings)
     daemon.restore()
-    shoe = SimulatedShoe(decks=12, seed=1, script=Script(pace_s=0.0, shoes=3), now=0.0)
+    shoes = args.cards // (12 * 52 - 60) + 1  # enough shoes for the cards asked for
+    shoe = SimulatedShoe(decks=12, seed=1, script=Script(pace_s=0.0, shoes=shoes), now=0.0)
     now = 0.0
     wire: list[bytes] = []
     while shoe.cards_dealt < args.cards:  # record what the shoe would send, ACKing it
