@@ -2,8 +2,9 @@
 
 The order of things for every frame from the shoe (spec section 3, durability rule):
 decode -> engine input(s) -> one fsynced journal transaction (inputs, dedup state) ->
-ACK -> engine -> events to the publisher -> PUBACK -> their outbox rows (unsynced; a
-crash before them regenerates them from the record, same seq and event_id). For every
+ACK -> engine -> events to the publisher -> PUBACK -> their outbox rows (fsynced then,
+where no card waits; a crash before them regenerates them from the record, same seq and
+event_id). For every
 command: validate -> one fsynced transaction (input, events, answer) -> answer. An event
 counts as delivered only after the broker's PUBACK, so a dead broker, a kill -9 or a
 noisy line loses nothing and applies nothing twice (docs/decisions.md 28).
@@ -233,7 +234,7 @@ class Daemon:
     # Three kinds of writes, by what they protect:
     # * the record (fsynced): a device frame's inputs and the dedup state, before its ACK;
     #   a command with its events and answer, before the answer;
-    # * the effect (not fsynced on its own): the events a recorded device input produced,
+    # * the effect (fsynced after the publish): the events a recorded device input produced,
     #   publish marks and snapshots. All of it can be derived again from the record:
     #   restore() replays recorded inputs and inserts the events that are missing (same
     #   seq, same event_id). So the effect is written after the events have been handed
@@ -324,7 +325,7 @@ class Daemon:
             self._inputs_since_snapshot = 0
 
     def write_effects(self) -> bool:
-        """Write the pending effect now (one transaction, not fsynced). False when storage
+        """Write the pending effect now (one fsynced transaction). False when storage
         is failing; the effect then stays in memory and is written once storage is back."""
         if self._effects_timer is not None:
             self._effects_timer.cancel()
@@ -335,7 +336,9 @@ class Daemon:
         if not self.storage_ok and not self._storage_retry():
             return False  # the retry's own transaction wrote the effect when it succeeded
         try:
-            with journal.transaction(durable=False):
+            # fsynced here, after the publish, where nothing waits: left unsynced, its
+            # pages would be flushed by the next card's record, before that card's ACK.
+            with journal.transaction():
                 written = self._write_effects_in_transaction()
             self._effects_written(*written)
             journal.checkpoint_if_due()  # here, after the publish: nothing waits on it

@@ -26,7 +26,7 @@ from typing import Any
 from .core.errors import ShoedError
 
 SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS inputs (id INTEGER PRIMARY KEY, at REAL NOT NULL, body TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS events (
     seq INTEGER PRIMARY KEY, event_id TEXT NOT NULL UNIQUE, type TEXT NOT NULL,
@@ -219,9 +219,8 @@ class Journal:
     def mark_published(self, up_to_seq: int) -> None:
         """Every event up to `up_to_seq` got its PUBACK (they are published in order).
 
-        Meant for a transaction that is not fsynced (``transaction(durable=False)``):
-        losing the mark in a crash only means those events are published again, which
-        consumers dedupe by event_id; it keeps an fsync per publish off the per-card path.
+        Written after the publish, with the outbox rows: a crash before that commit only
+        means those events are published again, which consumers dedupe by event_id.
         """
         self._run("UPDATE events SET published = 1 WHERE published = 0 AND seq <= ?",
                   (up_to_seq,))
