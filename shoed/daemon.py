@@ -180,6 +180,7 @@ class Daemon:
         self._fresh: list[tuple[int, str]] = []  # events just applied, for the publisher
         self._last_published = -1  # unknown until the outbox has been read once
         self._log_info = settings.log.level in ("debug", "info")
+        self._log_debug = settings.log.level == "debug"
         self._crash_after = int(os.environ.get("SHOED_TEST_CRASH_AFTER_COMMIT", "0") or 0)
         self.stats: dict[str, int] = {"frames": 0, "published": 0, "commands": 0,
                                       "storage_failures": 0}
@@ -462,11 +463,21 @@ class Daemon:
                      "action", "reason", "operator", "command", "request_id")
 
     def _log_event(self, event: Any) -> None:
-        alarm = event.type == "alarm" and event.active
-        if not alarm and not self._log_info:
-            return  # filtered anyway: skip building the fields (the per-card hot path)
+        """Alarms at warning, a card at debug (it is in the journal and on the broker; a
+        line per card would double the disk writes per card under journald), the rest
+        (hands, shoes, procedure, commands) at info."""
+        if event.type == "alarm" and event.active:
+            level = "warning"
+        elif event.type == "card":
+            if not self._log_debug:
+                return  # filtered anyway: skip building the fields (the per-card path)
+            level = "debug"
+        elif self._log_info:
+            level = "info"
+        else:
+            return
         fields = {k: v for k in self.LOGGED_FIELDS if (v := getattr(event, k, None)) is not None}
-        getattr(self.log, "warning" if alarm else "info")(f"event_{event.type}", **fields)
+        getattr(self.log, level)(f"event_{event.type}", **fields)
 
     @staticmethod
     def _answer(request_id: str | None, out: Output) -> dict[str, Any]:

@@ -1,0 +1,46 @@
+"""What the daemon writes to its log per event: a card only at debug (docs/decisions.md 32)."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import pytest
+from rig import make_settings
+from table import Table
+
+from shoed import logs
+from shoed.daemon import Daemon
+
+
+def _dealt_hand_events() -> list:
+    table = Table(betting_control="none")
+    table.hello()
+    table.commence("AS", ["2C"])  # first card A: one burn
+    for card in ("9S", "2S", "TH", "5D", "6C"):  # the hand's burn, then a hand that stands
+        table.draw(card)
+    return table.events
+
+
+@pytest.mark.parametrize("level", ["info", "debug"])
+def test_card_events_are_logged_only_at_debug(tmp_path: pathlib.Path, level: str,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    events = _dealt_hand_events()
+    assert {"card", "hand_result"} <= {e.type for e in events}
+    logs.configure("json", level)
+    try:
+        daemon = Daemon(make_settings(tmp_path / "state", "mqtt://127.0.0.1:1",
+                                      log={"level": level}))
+        capsys.readouterr()
+        for event in events:
+            daemon._log_event(event)
+    finally:
+        logs.configure("json", "warning")
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line]
+    logged = [line["event"] for line in lines]
+    cards = [e for e in events if e.type == "card"]
+    assert "event_hand_result" in logged
+    assert logged.count("event_card") == (len(cards) if level == "debug" else 0)
+    if level == "debug":
+        first = next(line for line in lines if line["event"] == "event_card")
+        assert first["card_index"] == cards[0].card_index and first["level"] == "debug"
