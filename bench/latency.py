@@ -32,6 +32,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from procfs import cpu_seconds, rss_kb  # noqa: E402
+from quiet import ignore_closed_subscriber_writer  # noqa: E402
 
 from firmware_protocol import Delivered  # noqa: E402
 from firmware_protocol.messages import Card  # noqa: E402
@@ -226,6 +227,7 @@ async def footprint(broker: PrivateMosquitto, idle_s: float) -> dict[str, Any]:
 
 
 async def main() -> None:
+    ignore_closed_subscriber_writer(asyncio.get_running_loop())
     parser = argparse.ArgumentParser()
     parser.add_argument("--cards", type=int, default=0, help="latency run: cards per target")
     parser.add_argument("--pace", type=float, default=0.02)

@@ -33,6 +33,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from procfs import cpu_seconds, rss_kb  # noqa: E402
+from quiet import ignore_closed_subscriber_writer  # noqa: E402
 
 from shoed.broker import PrivateMosquitto  # noqa: E402
 from shoed.config import write_config  # noqa: E402
@@ -49,6 +50,7 @@ def config(tmp: pathlib.Path, table: str, port: int) -> pathlib.Path:
 
 
 async def main() -> None:
+    ignore_closed_subscriber_writer(asyncio.get_running_loop())
     parser = argparse.ArgumentParser()
     parser.add_argument("--tables", type=int, default=50)
     parser.add_argument("--pace", type=float, default=0.15)
