@@ -1,6 +1,7 @@
 """Latency, throughput and footprint of shoed against a floor relay (docs/performance.md).
 
     .venv/bin/python bench/latency.py --cards 3000 --rounds 5  # latency: shoed and floor
+    .venv/bin/python bench/latency.py --cards 3000 --rounds 5 --pin  # host on its own core
     .venv/bin/python bench/latency.py --throughput 600         # full-speed stop-and-wait
     .venv/bin/python bench/latency.py --footprint              # RSS, idle CPU, start->READY
 
@@ -64,6 +65,17 @@ class TimedShoe(SimulatedShoe):
         if isinstance(event, Delivered):
             self.acked.setdefault(event.seq, time.perf_counter())
         super().on_link_event(event, now)
+
+
+# --pin: the bench (shoe, subscriber) and Mosquitto on CPU 0, the host under test alone on
+# CPU 1, as on a table where the shoe is its own hardware and the host's work after an
+# ACK cannot delay the shoe's reading of it. Both targets are pinned alike.
+HOST_CPUS: set[int] | None = None
+
+
+def pin_host() -> None:
+    if HOST_CPUS is not None:
+        os.sched_setaffinity(0, HOST_CPUS)
 
 
 def pct(values: list[float], q: float) -> float:
@@ -133,6 +145,7 @@ async def run_target(target: str, cards: int, pace: float, broker: PrivateMosqui
         start = time.perf_counter()
         proc = subprocess.Popen([sys.executable, "-m", "shoed.cli", "run", "--config",
                                  str(config)], env=dict(os.environ, NOTIFY_SOCKET=str(notify)),
+                                preexec_fn=pin_host,
                                 stdout=open(tmp / "shoed.log", "wb"),  # noqa: SIM115
                                 stderr=subprocess.STDOUT)
         ready_s = None
@@ -145,7 +158,7 @@ async def run_target(target: str, cards: int, pace: float, broker: PrivateMosqui
     else:
         proc = subprocess.Popen([sys.executable, str(ROOT / "bench" / "floor_relay.py"),
                                  str(tmp / "shoe"), str(broker.port), str(tmp / "floor.log")],
-                                stdout=subprocess.PIPE)
+                                stdout=subprocess.PIPE, preexec_fn=pin_host)
         ready_s = None
     started = time.perf_counter()
     deadline = started + cards * max(pace, 0.004) * 3 + 120
@@ -237,7 +250,13 @@ async def main() -> None:
     parser.add_argument("--targets", default="shoed,floor")
     parser.add_argument("--rounds", type=int, default=1,
                         help="alternate the targets this many times, cards split evenly")
+    parser.add_argument("--pin", action="store_true",
+                        help="bench and broker on CPU 0, the host under test on CPU 1")
     args = parser.parse_args()
+    if args.pin:
+        global HOST_CPUS
+        HOST_CPUS = {1}
+        os.sched_setaffinity(0, {0})  # before the broker starts: it inherits CPU 0
     broker = PrivateMosquitto()
     broker.start()
     results: list[dict[str, Any]] = []
