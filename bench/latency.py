@@ -96,7 +96,7 @@ def shoed_config(tmp: pathlib.Path, port: str, mqtt_port: int, decks: int) -> pa
         "mqtt": {"url": f"mqtt://127.0.0.1:{mqtt_port}"},
         "rules": {"decks": decks},
         "state": {"dir": str(tmp / "state")},
-        "log": {"format": "json"},  # the default level (info): a line per event, as deployed
+        "log": {"format": "json"},  # the default level (info), as deployed
     })
 
 

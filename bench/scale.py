@@ -45,7 +45,7 @@ def config(tmp: pathlib.Path, table: str, port: int) -> pathlib.Path:
         "device": {"port": str(tmp / "shoe")},
         "mqtt": {"url": f"mqtt://127.0.0.1:{port}"},
         "state": {"dir": str(tmp / "state")},
-        "log": {"format": "json"},  # the default level (info): a line per event, as deployed
+        "log": {"format": "json"},  # the default level (info), as deployed
     })
 
 

@@ -4,10 +4,10 @@ The order of things for every frame from the shoe (spec section 3, durability ru
 decode -> engine input(s) -> one fsynced journal transaction (inputs, dedup state) ->
 ACK -> engine -> events to the publisher -> PUBACK -> their outbox rows (fsynced then,
 where no card waits; a crash before them regenerates them from the record, same seq and
-event_id). For every
-command: validate -> one fsynced transaction (input, events, answer) -> answer. An event
-counts as delivered only after the broker's PUBACK, so a dead broker, a kill -9 or a
-noisy line loses nothing and applies nothing twice (docs/decisions.md 28).
+event_id). For every command: validate -> one fsynced transaction (input, events,
+answer) -> answer. An event counts as delivered only after the broker's PUBACK, so a
+dead broker, a kill -9 or a noisy line loses nothing and applies nothing twice
+(docs/decisions.md 28).
 """
 
 from __future__ import annotations

@@ -4,9 +4,9 @@ What it keeps: the inputs (so the engine can be replayed from the latest snapsho
 events they produced (the outbox), the link's duplicate-detection state, command
 answers, snapshots. The daemon ACKs the shoe only after the frame's inputs and the
 dedup state are committed (fsynced), and answers a command only after its input, events
-and answer are. Events derived from a recorded frame may be written later without an
-fsync of their own (they can be derived again). Events leave the outbox
-(``published = 1``) only after the broker's PUBACK; published events stay for
+and answer are. Events derived from a recorded frame are written later, after their
+publish, in a transaction of their own (they can be derived again). Events leave the
+outbox (``published = 1``) only after the broker's PUBACK; published events stay for
 `retention_days` for `replay`.
 """
 
@@ -107,11 +107,8 @@ class Journal:
             self._db.close()
 
     @contextmanager
-    def transaction(self, durable: bool = True) -> Iterator[None]:
-        """One atomic write, fsynced unless `durable` is False (for what can be derived
-        again from durable records). Raises StorageError (and rolls back) on failure."""
-        if not durable:
-            self._run("PRAGMA synchronous=NORMAL")
+    def transaction(self) -> Iterator[None]:
+        """One atomic write, fsynced. Raises StorageError (and rolls back) on failure."""
         try:
             self._db.execute("BEGIN IMMEDIATE")
             self._in_tx = True
@@ -126,9 +123,6 @@ class Journal:
             raise
         finally:
             self._in_tx = False
-            if not durable:
-                with suppress(sqlite3.Error):
-                    self._db.execute("PRAGMA synchronous=FULL")
 
     def checkpoint_if_due(self, every: int = CHECKPOINT_EVERY_COMMITS) -> bool:
         """Copy the write-ahead log into the database once `every` commits have gone into

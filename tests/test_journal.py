@@ -38,13 +38,13 @@ def test_wal_is_checkpointed_only_when_due_and_then_reused(tmp_path: pathlib.Pat
 
 def test_event_written_after_its_puback_is_not_published_again(tmp_path: pathlib.Path) -> None:
     journal = Journal(tmp_path / "state")
-    with journal.transaction(durable=False):
+    with journal.transaction():
         journal.add_event(1, "T-i-1", "card", "{}", published=True)
         journal.add_event(2, "T-i-2", "card", "{}")
     assert journal.unpublished() == [(2, "{}")]
     assert journal.outbox_depth() == 1
     assert journal.outbox_depth(after_seq=2) == 0  # acknowledged, not yet marked
-    with journal.transaction(durable=False):
+    with journal.transaction():
         journal.mark_published(2)
         journal.add_event(2, "T-i-2", "card", "{changed}")  # a replay: ignored
     assert journal.unpublished() == [] and journal.events_between(1, 2) == ["{}", "{}"]
