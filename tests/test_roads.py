@@ -154,12 +154,13 @@ def test_a_tail_runs_under_later_streaks_which_turn_one_row_earlier():
 def test_an_opening_cell_taken_by_a_tail_moves_right():
     # rows = 3: three stacked tails reach row 0; the next streak opens past them
     message = board(runs(("B", 6), ("P", 4), ("B", 3), ("P", 1), ("B", 2)), rows=3)
-    assert big_cells(message) == (
-        [("B", 0, 0), ("B", 0, 1), ("B", 0, 2), ("B", 1, 2), ("B", 2, 2), ("B", 3, 2)]
-        + [("P", 1, 0), ("P", 1, 1), ("P", 2, 1), ("P", 3, 1)]
-        + [("B", 2, 0), ("B", 3, 0), ("B", 4, 0)]
-        + [("P", 5, 0)]  # column 3 and 4 of row 0 are under the last tail
-        + [("B", 6, 0), ("B", 6, 1)])  # right of where the previous streak opened
+    assert big_cells(message) == [
+        ("B", 0, 0), ("B", 0, 1), ("B", 0, 2), ("B", 1, 2), ("B", 2, 2), ("B", 3, 2),
+        ("P", 1, 0), ("P", 1, 1), ("P", 2, 1), ("P", 3, 1),
+        ("B", 2, 0), ("B", 3, 0), ("B", 4, 0),
+        ("P", 5, 0),  # columns 3 and 4 of row 0 are under the last tail
+        ("B", 6, 0), ("B", 6, 1),  # right of where the previous streak opened
+    ]
 
 
 def test_drop_mode_goes_down_again_once_the_tail_below_ends():
@@ -265,6 +266,7 @@ def check_board(message: dict, results: list[HandOutcome], rows: int) -> None:
         assert big == []
     lengths: list[int] = []
     previous: dict | None = None
+    opened = -1
     for cell in big:
         if cell["winner"] is None:
             continue
@@ -272,8 +274,7 @@ def check_board(message: dict, results: list[HandOutcome], rows: int) -> None:
         if previous is None or previous["winner"] != cell["winner"]:
             lengths.append(1)
             assert cell["row"] == 0  # every streak opens in row 0 ...
-            if previous is not None:  # ... right of where the previous one opened
-                assert cell["col"] > opened
+            assert cell["col"] > opened  # ... right of where the previous one opened
             opened = cell["col"]
         else:
             lengths[-1] += 1
