@@ -125,13 +125,16 @@ def render_board(message: dict[str, Any], width: int = 80, colour: bool = False)
         out.append((" " * gap).join(parts).rstrip())
 
     ask = message["ask"]
-    asked = "   ".join(
-        f"if {side}: " + " ".join(f"{short} {_mark(ask[side][key], colour)}"
-                                   for short, key in (("BE", "big_eye_boy"),
-                                                      ("SR", "small_road"),
-                                                      ("CP", "cockroach_pig")))
-        for side in ("banker", "player"))
-    out.append("Ask  " + asked)
+    asked = [f"if {side}: " + " ".join(f"{short} {_mark(ask[side][key], colour)}"
+                                       for short, key in (("BE", "big_eye_boy"),
+                                                          ("SR", "small_road"),
+                                                          ("CP", "cockroach_pig")))
+             for side in ("banker", "player")]
+    one_line = "Ask  " + "   ".join(asked)
+    if len(strip_ansi(one_line)) <= width:
+        out.append(one_line)
+    else:
+        out.extend(["Ask  " + asked[0], "     " + asked[1]])
 
     s = message["stats"]
     streak = s["current_streak"]
