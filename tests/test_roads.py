@@ -207,6 +207,19 @@ def test_hand_outcome_from_a_hand_result_event():
     assert HandOutcome.from_event(event.model_dump(mode="json")) == expected
 
 
+def test_standing_results_survive_a_json_round_trip():
+    import json
+
+    results = [HandOutcome(1, "tie", player_pair=True, natural=True), HandOutcome(2, "banker")]
+    stored = json.loads(json.dumps([r.as_dict() for r in results]))
+    assert [HandOutcome.from_dict(v) for v in stored] == results
+    with pytest.raises(ValueError, match="needs 'natural'"):
+        HandOutcome.from_dict({"hand_no": 1, "winner": "tie", "player_pair": False,
+                               "banker_pair": False})
+    with pytest.raises(ValueError, match="winner must be"):
+        HandOutcome.from_dict({**stored[0], "winner": "dragon"})
+
+
 def test_bad_input_is_refused_with_a_clear_error():
     with pytest.raises(ValueError, match="winner must be"):
         HandOutcome(1, "dragon")  # type: ignore[arg-type]

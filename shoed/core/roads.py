@@ -50,6 +50,25 @@ class HandOutcome:
                    natural=bool(get("player_natural")) or bool(get("banker_natural")))
 
 
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready form (for a snapshot of the shoe's standing results)."""
+        return {"hand_no": self.hand_no, "winner": self.winner,
+                "player_pair": self.player_pair, "banker_pair": self.banker_pair,
+                "natural": self.natural}
+
+    @classmethod
+    def from_dict(cls, value: Mapping[str, Any]) -> HandOutcome:
+        """The inverse of `as_dict`; a missing or bad field raises ValueError naming it."""
+        try:
+            return cls(hand_no=int(value["hand_no"]), winner=value["winner"],
+                       player_pair=bool(value["player_pair"]),
+                       banker_pair=bool(value["banker_pair"]), natural=bool(value["natural"]))
+        except KeyError as error:
+            raise ValueError(f"a standing result needs {error.args[0]!r}: got {value!r}") from error
+        except TypeError as error:
+            raise ValueError(f"not a standing result: {value!r}: {error}") from error
+
+
 # --- layout (roads.md section 3, used by every road) ---------------------------------
 
 
