@@ -148,7 +148,7 @@ class _DerivedRoad:
 class _BigCell:
     __slots__ = ("col", "outcome", "row", "ties")
 
-    def __init__(self, outcome: HandOutcome | None, col: int, row: int, ties: int) -> None:
+    def __init__(self, outcome: HandOutcome, col: int, row: int, ties: int) -> None:
         self.outcome = outcome
         self.col = col
         self.row = row
@@ -260,7 +260,6 @@ class Scoreboard:
         big: list[dict[str, Any]] = []
         for cell in self._big:
             o = cell.outcome
-            assert o is not None
             big.append({"hand_no": o.hand_no, "winner": o.winner, "ties": cell.ties,
                         "player_pair": o.player_pair, "banker_pair": o.banker_pair,
                         "natural": o.natural, "col": cell.col, "row": cell.row})
