@@ -9,6 +9,7 @@ import random
 
 import aiomqtt
 import pytest
+from test_broker_security import PASSWORDS, secure_broker, tls  # noqa: F401 - a fixture
 
 from shoed.cli import main
 from shoed.config import ConfigError, load_settings, write_config
@@ -186,3 +187,34 @@ def test_shoed_roads_without_a_board_or_a_broker_says_so(broker, tmp_path: pathl
     broker.stop()
     assert main(["roads", "--config", str(path), "--timeout", "2"]) == 1
     assert "cannot read shoed/T09/roads from mqtt://127.0.0.1:" in capsys.readouterr().err
+
+
+# --- the shipped ACL, TLS and credentials -----------------------------------------------
+
+
+@pytest.mark.broker
+def test_the_daemon_user_publishes_the_board_and_a_consumer_reads_it_over_tls(
+        tmp_path: pathlib.Path, secure_broker, capsys: pytest.CaptureFixture[str],  # noqa: F811
+        monkeypatch: pytest.MonkeyPatch):
+    broker, pki = secure_broker
+    monkeypatch.setenv("COLUMNS", "80")
+    board = example()
+    context = tls(pki)
+
+    async def publish(user: str, payload: dict) -> None:
+        async with aiomqtt.Client("127.0.0.1", broker.port, username=user,
+                                  password=PASSWORDS[user], tls_context=context,
+                                  protocol=aiomqtt.ProtocolVersion.V311) as client:
+            await client.publish("shoed/T9/roads", json.dumps(payload), qos=1, retain=True)
+
+    asyncio.run(publish("table-T9", board))
+    asyncio.run(publish("consumer", {**board, "seq": 1}))  # refused by the ACL
+    password = tmp_path / "consumer.pw"
+    password.write_text(PASSWORDS["consumer"] + "\n")
+    password.chmod(0o600)
+    path = write_config(tmp_path / "consumer.toml", {
+        "table": {"id": "T9"},
+        "mqtt": {"url": f"mqtts://127.0.0.1:{broker.port}", "username": "consumer",
+                 "password_file": str(password), "ca_file": str(pki / "ca.crt")}})
+    assert main(["roads", "--config", str(path)]) == 0
+    assert capsys.readouterr().out == EXAMPLE_TEXT  # seq 40: the daemon's board
