@@ -135,6 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
     board.add_argument("--timeout", type=float, default=5.0,
                        help="seconds to wait for the retained board")
     board.add_argument("--json", action="store_true", help="print the message as JSON")
+    board.add_argument("--follow", action="store_true",
+                       help="show every new board until Ctrl-C (survives a broker restart)")
     board.set_defaults(func=_cmd_roads)
 
     sim = sub.add_parser("simulate", help="a simulated shoe (device role)")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import re
 import shutil
@@ -24,11 +25,14 @@ import ssl
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from typing import Any
 
 import aiomqtt
+from pydantic import ValidationError
 
 from .config import ConfigError, Settings, load_settings
+from .core.roads import RoadsMessage
 
 RESET, BOLD, RED, GREEN, BLUE = "\033[0m", "\033[1m", "\033[31m", "\033[32m", "\033[94m"
 SIDE_COLOUR = {"banker": RED, "player": BLUE, "tie": GREEN, None: GREEN}
@@ -176,25 +180,77 @@ def client_args(settings: Settings, identifier: str) -> dict[str, Any]:
     return args
 
 
+def parse_board(topic: str, payload: object) -> dict[str, Any] | None:
+    """A `{root}/roads` payload, checked against the message's model; None if empty.
+
+    Raises ValueError naming what is wrong.
+    """
+    if not isinstance(payload, bytes | bytearray | str) or not payload:
+        return None  # an empty retained message clears the topic
+    try:
+        value = json.loads(payload)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise ValueError(f"{topic} is not a roads message: not JSON: {error}") from error
+    try:
+        RoadsMessage.model_validate(value)
+    except ValidationError as error:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in item['loc']) or 'message'}: {item['msg']}"
+            for item in error.errors()[:3])
+        raise ValueError(f"{topic} is not a roads message: {problems}") from None
+    assert isinstance(value, dict)
+    return value
+
+
+def _identifier() -> str:
+    return f"shoed-roads-{socket.gethostname()}-{time.time_ns() % 10**9}"
+
+
 async def fetch_roads(settings: Settings, timeout: float) -> dict[str, Any] | None:
     """The retained `{root}/roads` message, or None if the broker has none in `timeout` s."""
     topic = f"{settings.topic_root}/roads"
-    identifier = f"shoed-roads-{socket.gethostname()}-{time.time_ns() % 10**9}"
-    async with aiomqtt.Client(**client_args(settings, identifier)) as client:
+    async with aiomqtt.Client(**client_args(settings, _identifier())) as client:
         await client.subscribe(topic, qos=1)
         try:
             async with asyncio.timeout(timeout):
                 async for message in client.messages:
-                    payload = message.payload
-                    if not isinstance(payload, bytes | bytearray | str) or not payload:
-                        continue  # an empty retained message clears the topic
-                    value = json.loads(payload)
-                    if not isinstance(value, dict):
-                        raise ValueError(f"{topic}: expected a JSON object, got {value!r:.60}")
-                    return value
+                    board = parse_board(topic, message.payload)
+                    if board is not None:
+                        return board
         except TimeoutError:
             return None
     return None
+
+
+async def follow_roads(settings: Settings, show: Callable[[dict[str, Any]], None]) -> None:
+    """Show every new board until cancelled; a lost broker is retried, a bad board skipped."""
+    topic = f"{settings.topic_root}/roads"
+    backoff = 0.5
+    last: dict[str, Any] | None = None
+    while True:
+        try:
+            async with aiomqtt.Client(**client_args(settings, _identifier())) as client:
+                await client.subscribe(topic, qos=1)
+                backoff = 0.5
+                async for message in client.messages:
+                    try:
+                        board = parse_board(topic, message.payload)
+                    except ValueError as error:
+                        print(f"shoed roads: {error}", file=sys.stderr, flush=True)
+                        continue
+                    if board is not None and board != last:
+                        show(board)
+                        last = board
+        except aiomqtt.MqttError as error:
+            print(f"shoed roads: {settings.mqtt.url}: {error}; retrying in {backoff:g} s",
+                  file=sys.stderr, flush=True)
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 5.0)
+
+
+def _text(board: dict[str, Any], colour: bool) -> str:
+    return render_board(board, width=min(shutil.get_terminal_size().columns, 120),
+                        colour=colour)
 
 
 def roads(args: argparse.Namespace) -> int:
@@ -204,29 +260,30 @@ def roads(args: argparse.Namespace) -> int:
         print(f"shoed roads: {error}", file=sys.stderr)
         return 2
     topic = f"{settings.topic_root}/roads"
+    colour = sys.stdout.isatty()
+    if args.follow:
+        def show(board: dict[str, Any]) -> None:
+            text = json.dumps(board) + "\n" if args.json else _text(board, colour)
+            sys.stdout.write(("\033[H\033[2J" if colour else "") + text
+                             + ("" if colour or args.json else "\n"))
+            sys.stdout.flush()
+
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(follow_roads(settings, show))
+        return 0
     try:
         message = asyncio.run(fetch_roads(settings, args.timeout))
     except aiomqtt.MqttError as error:
         print(f"shoed roads: cannot read {topic} from {settings.mqtt.url}: {error}",
               file=sys.stderr)
         return 1
-    except (ValueError, UnicodeDecodeError) as error:
-        print(f"shoed roads: {topic} is not a roads message: {error}", file=sys.stderr)
+    except ValueError as error:
+        print(f"shoed roads: {error}", file=sys.stderr)
         return 1
     if message is None:
         print(f"shoed roads: no board retained on {topic} at {settings.mqtt.url} "
               f"(is the daemon running?)", file=sys.stderr)
         return 1
-    if args.json:
-        print(json.dumps(message, indent=2))
-        return 0
-    try:
-        text = render_board(message, width=min(shutil.get_terminal_size().columns, 120),
-                            colour=sys.stdout.isatty())
-    except (KeyError, TypeError, ValueError) as error:
-        print(f"shoed roads: {topic} is not a roads message: missing or bad {error}",
-              file=sys.stderr)
-        return 1
-    sys.stdout.write(text)
+    sys.stdout.write(json.dumps(message, indent=2) + "\n" if args.json
+                     else _text(message, colour))
     return 0
-

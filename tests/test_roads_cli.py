@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import pathlib
 import random
+import subprocess
+import sys
+import threading
+import time
 
 import aiomqtt
 import pytest
@@ -183,7 +188,8 @@ def test_shoed_roads_without_a_board_or_a_broker_says_so(broker, tmp_path: pathl
     assert "shoed/T09/roads is not a roads message" in capsys.readouterr().err
     publish_retained(broker.port, "shoed/T09/roads", '{"seq": 1}')
     assert main(["roads", "--config", str(path), "--timeout", "2"]) == 1
-    assert "is not a roads message: missing or bad" in capsys.readouterr().err
+    assert ("shoed/T09/roads is not a roads message: schema_version: Field required"
+            in capsys.readouterr().err)
     broker.stop()
     assert main(["roads", "--config", str(path), "--timeout", "2"]) == 1
     assert "cannot read shoed/T09/roads from mqtt://127.0.0.1:" in capsys.readouterr().err
@@ -218,3 +224,43 @@ def test_the_daemon_user_publishes_the_board_and_a_consumer_reads_it_over_tls(
                  "password_file": str(password), "ca_file": str(pki / "ca.crt")}})
     assert main(["roads", "--config", str(path)]) == 0
     assert capsys.readouterr().out == EXAMPLE_TEXT  # seq 40: the daemon's board
+
+
+@pytest.mark.broker
+def test_shoed_roads_follow_shows_each_new_board_across_a_broker_restart(
+        broker, tmp_path: pathlib.Path):
+    path = config_for(tmp_path, broker.port)
+    publish_retained(broker.port, "shoed/T09/roads", json.dumps(example()))
+    proc = subprocess.Popen([sys.executable, "-m", "shoed.cli", "roads", "--config", str(path),
+                             "--follow"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, "COLUMNS": "80"})
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")),
+                              daemon=True)
+    reader.start()
+
+    def wait_for_line(text: str, timeout: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not any(text in line for line in list(lines)):
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            assert time.monotonic() < deadline, f"no {text!r} in {lines[-5:]}"
+            time.sleep(0.05)
+
+    try:
+        wait_for_line("shoe T01-7  seq 40")
+        later = roads_message([HandOutcome(1, "player")], seq=41, shoe_id="T01-8")
+        publish_retained(broker.port, "shoed/T09/roads", json.dumps(later))
+        wait_for_line("shoe T01-8  seq 41")
+        publish_retained(broker.port, "shoed/T09/roads", "not json")  # skipped, said on stderr
+        broker.stop()
+        broker.start()
+        publish_retained(broker.port, "shoed/T09/roads", json.dumps({**later, "seq": 42}))
+        wait_for_line("shoe T01-8  seq 42")
+        assert proc.poll() is None
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    text = "".join(lines)
+    assert text.startswith(EXAMPLE_TEXT + "\n")  # each board whole, a blank line after it
+    assert text.count("Bead plate") == 3
+    assert "shoed/T09/roads is not a roads message: not JSON" in proc.stderr.read()
