@@ -14,6 +14,8 @@ import time
 
 import aiomqtt
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_broker_security import PASSWORDS, secure_broker, tls  # noqa: F401 - a fixture
 
 from shoed.cli import main
@@ -264,3 +266,17 @@ def test_shoed_roads_follow_shows_each_new_board_across_a_broker_restart(
     assert text.startswith(EXAMPLE_TEXT + "\n")  # each board whole, a blank line after it
     assert text.count("Bead plate") == 3
     assert "shoed/T09/roads is not a roads message: not JSON" in proc.stderr.read()
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.sampled_from("BBBPPPT"), max_size=160), st.sampled_from([3, 6, 9]),
+       st.sampled_from(["stay", "drop"]), st.integers(30, 130))
+def test_any_board_fits_any_width(winners, rows, tail_mode, width):
+    results = [HandOutcome(i + 1, LETTER[c], player_pair=i % 4 == 0,  # type: ignore[arg-type]
+                           natural=i % 3 == 0) for i, c in enumerate(winners)]
+    message = roads_message(results, seq=len(results), shoe_id="T01-x", rows=rows,
+                            tail_mode=tail_mode)
+    plain = render_board(message, width=width)
+    assert max(len(line) for line in plain.splitlines()) <= width
+    assert strip_ansi(render_board(message, width=width, colour=True)) == plain
+    assert f"hands {len(results)}  banker" in plain.replace("\n", " ")
