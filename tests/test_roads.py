@@ -366,3 +366,101 @@ def test_voiding_a_hand_equals_never_dealing_it(winners, layout, data):
     scoreboard.append(extra)
     assert scoreboard.message(2) == roads_message([*remaining, extra], seq=2, shoe_id="s",
                                                   rows=rows, tail_mode=tail_mode)
+
+
+# --- the feed from the event stream ----------------------------------------------------
+
+
+def stream(shoe_id: str, winners: str, first_seq: int = 1) -> list[dict]:
+    events = [{"type": "shoe_started", "seq": first_seq, "shoe_id": shoe_id, "hand_no": None}]
+    for i, c in enumerate(winners.split()):
+        seq = first_seq + 1 + 2 * i
+        events.append({"type": "card", "seq": seq, "shoe_id": shoe_id, "hand_no": i + 1})
+        events.append({"type": "hand_result", "seq": seq + 1, "shoe_id": shoe_id,
+                       "hand_no": i + 1, "winner": LETTER[c], "player_pair": False,
+                       "banker_pair": i == 1, "player_natural": i == 0,
+                       "banker_natural": False})
+    return events
+
+
+def test_feed_follows_the_event_stream_and_ignores_what_it_has_seen():
+    from shoed.core.roads import RoadsFeed
+
+    feed = RoadsFeed(rows=6)
+    events = stream("T01-1", "B P T P")
+    changed = [feed.apply(e) for e in events]
+    assert changed == [True, False, True, False, True, False, True, False, True]
+    expected = [HandOutcome(1, "banker", natural=True), HandOutcome(2, "player", banker_pair=True),
+                HandOutcome(3, "tie"), HandOutcome(4, "player")]
+    assert feed.message() == roads_message(expected, seq=9, shoe_id="T01-1")
+    assert not any(feed.apply(e) for e in events)  # a replay after a restart: no change
+    void = {"type": "hand_voided", "seq": 10, "shoe_id": "T01-1", "hand_no": 2,
+            "result_withdrawn": True}
+    assert feed.apply(void) and feed.seq == 10
+    assert feed.message() == roads_message([expected[0], *expected[2:]], seq=10,
+                                           shoe_id="T01-1")
+    # a void of a hand with no result leaves the board, with the new seq
+    assert feed.apply({**void, "seq": 11, "hand_no": 5})
+    assert feed.message()["seq"] == 11 and feed.message()["stats"]["hands"] == 3
+    # a snapshot carries the board across a restart
+    restored = RoadsFeed.restore(json_round_trip(feed.snapshot()), rows=6)
+    assert restored.message() == feed.message()
+    # a new shoe starts empty roads
+    assert feed.apply({"type": "shoe_started", "seq": 12, "shoe_id": "T01-2", "hand_no": None})
+    assert feed.message() == roads_message([], seq=12, shoe_id="T01-2")
+    assert feed.apply({"type": "shoe_voided", "seq": 13, "shoe_id": "T01-2"}) is False
+
+
+def test_feed_takes_event_models():
+    from shoed.core.events import HandResultEvent, ShoeStarted
+    from shoed.core.roads import RoadsFeed
+
+    feed = RoadsFeed(rows=4, tail_mode="drop")
+    assert feed.apply(ShoeStarted(event_id="a", seq=1, ts="t", table_id="T01", shoe_id="s",
+                                  hand_no=None, decks=8, table_type="commission",
+                                  unnecessary_cards="burn_then_player",
+                                  betting_control="none", trigger="shoe_loaded"))
+    assert feed.apply(HandResultEvent(
+        event_id="b", seq=2, ts="t", table_id="T01", shoe_id="s", hand_no=1,
+        player_cards=["8S", "KD"], banker_cards=["9C", "KC"], player_total=8,
+        banker_total=9, winner="banker", player_natural=True, banker_natural=True,
+        player_pair=False, banker_pair=False, cards_dealt=4, big_small="small",
+        banker_six=False, payouts={}, card_indexes=[1, 2, 3, 4]))
+    assert feed.message() == roads_message([HandOutcome(1, "banker", natural=True)], seq=2,
+                                           shoe_id="s", rows=4, tail_mode="drop")
+
+
+def json_round_trip(value: dict) -> dict:
+    import json
+
+    return json.loads(json.dumps(value))
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.one_of(st.sampled_from("BPT"), st.integers(1, 40)), max_size=80),
+       st.integers(0, 5))
+def test_feed_equals_the_standing_results_whatever_the_stream(ops, replays):
+    """Results and voids (an int: void that hand) in any order, with repeated events."""
+    from shoed.core.roads import RoadsFeed
+
+    feed = RoadsFeed(rows=6)
+    events: list[dict] = [{"type": "shoe_started", "seq": 1, "shoe_id": "s", "hand_no": None}]
+    standing: list[HandOutcome] = []
+    hand_no = 0
+    for op in ops:
+        seq = len(events) + 1
+        if isinstance(op, int):
+            events.append({"type": "hand_voided", "seq": seq, "shoe_id": "s", "hand_no": op})
+            standing = [r for r in standing if r.hand_no != op]
+        else:
+            hand_no += 1
+            events.append({"type": "hand_result", "seq": seq, "shoe_id": "s",
+                           "hand_no": hand_no, "winner": LETTER[op], "player_pair": False,
+                           "banker_pair": False, "player_natural": False,
+                           "banker_natural": False})
+            standing.append(HandOutcome(hand_no, LETTER[op]))  # type: ignore[arg-type]
+    for i, event in enumerate(events):
+        feed.apply(event)
+        for earlier in events[max(0, i - replays):i + 1]:  # at-least-once: seen again
+            assert not feed.apply(earlier)
+    assert feed.message() == roads_message(standing, seq=len(events), shoe_id="s")

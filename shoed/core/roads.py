@@ -295,6 +295,56 @@ def roads_message(results: Iterable[HandOutcome], *, seq: int, shoe_id: str | No
     return board.message(seq)
 
 
+class RoadsFeed:
+    """The board kept from the event stream: what the engine or the daemon holds per table.
+
+    `apply` takes every event (a model or its JSON form) in `seq` order and says whether
+    the board must be republished: after every `shoe_started`, `hand_result` and
+    `hand_voided` (roads.md section 7). An event at or below the `seq` already applied is
+    ignored, so replaying events after a restart changes nothing. `snapshot` and
+    `restore` carry the shoe's standing results across restarts.
+    """
+
+    def __init__(self, *, rows: int = 6, tail_mode: TailMode = "stay") -> None:
+        self.board = Scoreboard(None, rows=rows, tail_mode=tail_mode)
+        self.seq = 0  # the last event the board reflects
+
+    def apply(self, event: Mapping[str, Any] | Any) -> bool:
+        def get(key: str) -> Any:
+            return event.get(key) if isinstance(event, Mapping) else getattr(event, key, None)
+
+        kind, seq = get("type"), get("seq")
+        if kind not in ("shoe_started", "hand_result", "hand_voided"):
+            return False
+        if not isinstance(seq, int) or seq <= self.seq:
+            return False
+        shoe_id = get("shoe_id")
+        if kind == "shoe_started" or shoe_id != self.board.shoe_id:
+            self.board.reset(shoe_id)
+        if kind == "hand_result":
+            self.board.append(HandOutcome.from_event(event))
+        elif kind == "hand_voided" and get("hand_no") is not None:
+            self.board.void(int(get("hand_no")))
+        self.seq = seq
+        return True
+
+    def message(self) -> dict[str, Any]:
+        return self.board.message(self.seq)
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"shoe_id": self.board.shoe_id, "seq": self.seq,
+                "results": [r.as_dict() for r in self.board.results]}
+
+    @classmethod
+    def restore(cls, snapshot: Mapping[str, Any], *, rows: int = 6,
+                tail_mode: TailMode = "stay") -> RoadsFeed:
+        feed = cls(rows=rows, tail_mode=tail_mode)
+        feed.board = Scoreboard(snapshot["shoe_id"], rows=rows, tail_mode=tail_mode,
+                                results=[HandOutcome.from_dict(r) for r in snapshot["results"]])
+        feed.seq = int(snapshot["seq"])
+        return feed
+
+
 # --- the message's models, for its JSON Schema (`shoed schema`) ------------------------
 
 
