@@ -223,6 +223,11 @@ def test_standing_results_survive_a_json_round_trip():
 def test_bad_input_is_refused_with_a_clear_error():
     with pytest.raises(ValueError, match="winner must be"):
         HandOutcome(1, "dragon")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="a hand_result needs 'banker_natural'"):
+        HandOutcome.from_event({"hand_no": 1, "winner": "tie", "player_pair": False,
+                                "banker_pair": False, "player_natural": False})
+    with pytest.raises(ValueError, match="integer hand_no, got None"):
+        HandOutcome.from_event({"hand_no": None, "winner": "tie"})
     with pytest.raises(ValueError, match="rows must be"):
         Scoreboard(rows=0)
     with pytest.raises(ValueError, match="tail_mode must be"):

@@ -43,12 +43,17 @@ class HandOutcome:
     def from_event(cls, event: Mapping[str, Any] | Any) -> HandOutcome:
         """From a `hand_result` event: a `HandResultEvent` or its JSON form (a mapping)."""
         def get(key: str) -> Any:
-            return event[key] if isinstance(event, Mapping) else getattr(event, key)
+            try:
+                return event[key] if isinstance(event, Mapping) else getattr(event, key)
+            except (KeyError, AttributeError):
+                raise ValueError(f"a hand_result needs {key!r}") from None
 
-        return cls(hand_no=int(get("hand_no")), winner=get("winner"),
+        hand_no = get("hand_no")
+        if isinstance(hand_no, bool) or not isinstance(hand_no, int):
+            raise ValueError(f"a hand_result needs an integer hand_no, got {hand_no!r}")
+        return cls(hand_no=hand_no, winner=get("winner"),
                    player_pair=bool(get("player_pair")), banker_pair=bool(get("banker_pair")),
                    natural=bool(get("player_natural")) or bool(get("banker_natural")))
-
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready form (for a snapshot of the shoe's standing results)."""
