@@ -45,7 +45,6 @@ from .journal_check import (
     move_aside,
     read_wal_index,
     record_damage,
-    wal_path,
 )
 from .uptime import Uptime
 
@@ -180,7 +179,6 @@ def validate(path: pathlib.Path, full: bool = False) -> Validated:
     JournalDamaged (or StorageError when it cannot be read at all). SQLite's quick_check
     runs when the last stop was not clean; `full`: its integrity_check, always."""
     directory = path.parent
-    wal_existed = wal_path(path).exists()
     before = read_wal_index(path)  # the last writer's witness, before SQLite reads
     marker = directory / ID_NAME
 
@@ -218,12 +216,10 @@ def validate(path: pathlib.Path, full: bool = False) -> Validated:
                     f"the journal there now is "
                     + (f"instance {instance!r}: a foreign journal" if instance
                        else "a new, empty one: the journal was replaced"))
+        # (A log gone with its index after a crash cannot be told from SQLite's own
+        # close, which checkpoints and deletes both: a process that ends without
+        # close() still closes its connection. inspect_files() sees a log gone alone.)
         clean = meta.get("clean_stop")
-        if clean == "0" and not wal_existed:
-            gone = (f"the last stop was not clean and the write-ahead log {wal_path(path)} "
-                    f"is gone: the transactions committed to it are lost")
-            record_damage(directory, gone)  # this connection made a new, empty one
-            raise damaged(gone)
         checked = bool(tables) and (full or clean != "1")
         if checked:
             # Not closed by its last writer (a crash, kill -9, power loss): SQLite's

@@ -130,12 +130,22 @@ def test_wal_deleted_after_a_crash_is_refused(tmp_path: pathlib.Path) -> None:
     refused(state, "write-ahead log", "missing")
 
 
-def test_wal_deleted_with_its_index_after_a_crash_is_refused(tmp_path: pathlib.Path) -> None:
+def test_process_ending_without_close_is_not_damage(tmp_path: pathlib.Path) -> None:
+    """A daemon that exits without Journal.close() (an exception, storage failed) still
+    closes its SQLite connection at exit: SQLite checkpoints and deletes the log. That is
+    no damage, and nothing is lost."""
     state = tmp_path / "state"
-    crash(state, checkpoint=True)  # clean_stop = 0 reached the database itself
-    wal(state).unlink()
-    (state / "journal.sqlite3-shm").unlink()
-    refused(state, "not clean", "is gone")
+    code = ("import pathlib, sys; from shoed.journal import Journal; "
+            "j = Journal(pathlib.Path(sys.argv[1]))\n"
+            "with j.transaction(): j.add_event(1, 'T-x-1', 'card', '{}')\n"
+            "raise SystemExit(3)")
+    done = subprocess.run([sys.executable, "-c", code, str(state)], cwd=ROOT)
+    assert done.returncode == 3
+    assert not wal(state).exists()  # SQLite's own close
+    journal = Journal(state)
+    assert not journal.was_clean and journal.quick_checked
+    assert journal.event_range() == (1, 1)
+    journal.close()
 
 
 def test_wal_frame_damaged_in_the_middle_is_refused_and_stays_refused(
