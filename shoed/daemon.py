@@ -962,7 +962,9 @@ class Daemon:
             if time.monotonic() - last_prune > 3600 and self.journal is not None:
                 last_prune = time.monotonic()
                 with contextlib.suppress(StorageError):  # old by wall time AND uptime
-                    self.journal.prune(self.settings.state.retention_days)
+                    pruned = self.journal.prune(self.settings.state.retention_days)
+                    self.log.info("journal_pruned", events=pruned,
+                                  uptime=round(self.journal.uptime.now()))
 
     async def integrity_check(self) -> None:
         """SQLite's full integrity check once after READY, in a thread on a read-only
