@@ -23,6 +23,7 @@ integrity check, read-only.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import pathlib
 import sqlite3
@@ -145,6 +146,17 @@ def inspect_files(db: pathlib.Path) -> list[str]:
     return problems
 
 
+def _holder(directory: pathlib.Path) -> int | None:
+    """The pid written in `journal.lock` if that process is alive (a hint only: the
+    lock itself is not taken, so a daemon starting now is never refused)."""
+    try:
+        pid = int(json.loads((directory / LOCK_NAME).read_text())["pid"])
+        os.kill(pid, 0)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return pid
+
+
 def _read_id(marker: pathlib.Path) -> str:
     try:
         return marker.read_text().strip()
@@ -231,8 +243,11 @@ def check_journal(path: pathlib.Path) -> tuple[bool, list[str]]:
     except sqlite3.Error as error:
         return False, [f"{db}: {error}"]
     meta = found.meta
+    running = _holder(db.parent)
+    last_stop = ("not clean" if not found.clean else "clean") + (
+        f" (in use now by pid {running})" if running else "")
     return True, [f"{db}: OK (SQLite's integrity_check: ok)",
                   f"instance {meta.get('instance_id')}", f"schema version {found.version}",
                   f"events seq {low or 0}..{high or 0}, {unpublished} not yet published",
-                  f"last stop {'clean' if found.clean else 'not clean'}",
+                  f"last stop {last_stop}",
                   f"uptime {float(meta.get('uptime', 0)):.0f} s"]
