@@ -330,3 +330,28 @@ def test_new_journal_keeps_a_sound_journal(tmp_path: pathlib.Path) -> None:
     assert journal.instance_id == instance and journal.moved_aside is None
     assert journal.event_range() == (1, 40)
     journal.close()
+
+
+def test_daemon_runs_the_full_check_after_ready_and_logs_what_it_finds(
+        tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import asyncio
+
+    from rig import make_settings
+
+    from shoed.daemon import Daemon
+
+    state = tmp_path / "state"
+    clean(state, commits=300)
+    pages, size = _leaf_pages(db(state), "events")
+    with open(db(state), "r+b") as f:
+        f.seek((pages[len(pages) // 2] - 1) * size)
+        f.write(b"\xee" * 64)
+    daemon = Daemon(make_settings(state, "mqtt://127.0.0.1:1"))
+    daemon.restore()  # a clean stop: no check before READY
+    capsys.readouterr()
+    asyncio.run(daemon.integrity_check())  # the task run() starts after READY
+    assert daemon.journal is not None
+    daemon.journal.close()
+    out = capsys.readouterr().out
+    assert '"journal_corrupt"' in out and '"level": "error"' in out, out
+    refused(state, "integrity_check")
