@@ -22,6 +22,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except ConfigError as error:
         print(f"shoed: {error}", file=sys.stderr)
         return 2
+    if args.new_journal:
+        settings.state.new_journal = True
     logs.configure(settings.log.format, settings.log.level)
     try:
         asyncio.run(Daemon(settings).run())
@@ -47,6 +49,15 @@ def _cmd_check_config(args: argparse.Namespace) -> int:
     print(f"{args.path}: OK")
     print(json.dumps(shown, indent=2))
     return 0
+
+
+def _cmd_check_journal(args: argparse.Namespace) -> int:
+    from .journal_check import check_journal
+
+    ok, lines = check_journal(args.path)
+    for line in lines:
+        print(line if ok else f"shoed: {line}", file=sys.stdout if ok else sys.stderr)
+    return 0 if ok else 2
 
 
 def _cmd_schema(args: argparse.Namespace) -> int:
@@ -114,7 +125,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="the daemon")
     run.add_argument("--config", required=True, type=pathlib.Path)
+    run.add_argument("--new-journal", action="store_true",
+                     help="if the journal is damaged or foreign, move it aside and start a "
+                          "new one (new instance id); a sound journal is kept")
     run.set_defaults(func=_cmd_run)
+
+    check_j = sub.add_parser("check-journal", help="say whether a journal is sound "
+                             "(exit 0) or what is wrong with it (exit 2)")
+    check_j.add_argument("path", type=pathlib.Path, help="the journal or its state.dir")
+    check_j.set_defaults(func=_cmd_check_journal)
 
     check = sub.add_parser("check-config", help="validate a config file")
     check.add_argument("path", type=pathlib.Path)

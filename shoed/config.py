@@ -112,6 +112,8 @@ class StateSection(Section):
     dir: pathlib.Path = pathlib.Path("/var/lib/shoed")
     retention_days: int = Field(default=30, ge=1, le=3650)
     snapshot_every: int = Field(default=64, ge=1, le=100_000)
+    # Only when the journal is damaged or foreign: move it aside, start a new one.
+    new_journal: bool = False
 
 
 class LogSection(Section):

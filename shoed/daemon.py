@@ -195,8 +195,11 @@ class Daemon:
 
     def restore(self) -> None:
         """Open the journal and rebuild the engine and the link's duplicate detection."""
-        journal = Journal(self.settings.state.dir)
+        journal = Journal(self.settings.state.dir, new_journal=self.settings.state.new_journal)
         self.journal = journal
+        if journal.moved_aside is not None:
+            self.log.warning("journal_moved_aside", damage=journal.damage,
+                             moved_to=str(journal.moved_aside), instance=journal.instance_id)
         snapshot = journal.latest_snapshot()
         if snapshot is None:
             engine = Engine(self.engine_config, instance_id=journal.instance_id)
@@ -802,6 +805,7 @@ class Daemon:
         synced = clock_synchronised()
         return {
             "online": True, "table_id": self.settings.table.id, "version": __version__,
+            "instance": self.journal.instance_id if self.journal else None,
             "device_connected": self.device_connected and bool(
                 self.engine and self.engine.s.device.connected),
             "storage_ok": self.storage_ok, "storage_error": self.storage_error,
@@ -939,7 +943,7 @@ class Daemon:
 
     async def housekeeping_loop(self) -> None:
         interval = self.notifier.watchdog_interval_s
-        last_prune = 0.0
+        last_prune = -3600.0
         while not self._stopping.is_set():
             await self._sleep(min(interval or 10.0, 10.0))
             if interval:
@@ -952,10 +956,25 @@ class Daemon:
                 # Storage failed: try again now, not only when the next frame or command
                 # comes (with the gate locked, the shoe may send nothing for a while).
                 self._storage_retry()
-            if time.time() - last_prune > 3600 and self.journal is not None:
-                last_prune = time.time()
-                with contextlib.suppress(StorageError):
-                    self.journal.prune(self.settings.state.retention_days, time.time())
+            if self.journal is not None and self.storage_ok:
+                with contextlib.suppress(StorageError):  # kill -9 loses at most 5 s of it
+                    self.journal.save_uptime()
+            if time.monotonic() - last_prune > 3600 and self.journal is not None:
+                last_prune = time.monotonic()
+                with contextlib.suppress(StorageError):  # old by wall time AND uptime
+                    pruned = self.journal.prune(self.settings.state.retention_days)
+                    self.log.info("journal_pruned", events=pruned,
+                                  uptime=round(self.journal.uptime.now()))
+
+    async def integrity_check(self) -> None:
+        """SQLite's full integrity check once after READY, in a thread on a read-only
+        connection of its own: it never holds up READY or a card (docs/reliability.md).
+        A problem is logged and recorded beside the journal: the next start refuses it."""
+        if self.journal is None:
+            return
+        found = await asyncio.to_thread(self.journal.integrity_check)
+        if found:
+            self.log.error("journal_corrupt", path=str(self.journal.path), problems=found)
 
     async def _sleep(self, seconds: float) -> None:
         await wait_event(self._stopping, seconds)
@@ -975,7 +994,8 @@ class Daemon:
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, self.request_stop)
         tasks = [asyncio.create_task(coro) for coro in (
-            self.device_loop(), self.timer_loop(), self.mqtt_loop(), self.housekeeping_loop())]
+            self.device_loop(), self.timer_loop(), self.mqtt_loop(), self.housekeeping_loop(),
+            self.integrity_check())]
         self.notifier.notify(READY=1, STATUS="journal restored; device transport started")
         self.log.info("ready", root=self.root, instance=self.engine.s.instance_id
                       if self.engine else None)

@@ -8,43 +8,99 @@ and answer are. Events derived from a recorded frame are written later, after th
 publish, in a transaction of their own (they can be derived again). Events leave the
 outbox (``published = 1``) only after the broker's PUBACK; published events stay for
 `retention_days` for `replay`.
+
+One daemon per journal: an exclusive `flock` on `journal.lock` in the state directory,
+held for the journal's whole life, its holder's pid and start time written in it. A
+journal that is damaged or foreign is refused (JournalDamaged, naming the file and the
+problem) and never silently replaced by a new one; only `new_journal=True` (the
+operator's `--new-journal`) moves the damaged files aside and starts a new journal with
+a new instance id. What must be remembered across restarts is aged on the wall clock and
+on an uptime kept here (shoed/uptime.py), and forgotten only when old by both.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import fcntl
 import json
 import os
 import pathlib
 import secrets
+import socket
 import sqlite3
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from typing import Any
 
 from .core.errors import ShoedError
+from .journal_check import (
+    DB_NAME,
+    ID_NAME,
+    LOCK_NAME,
+    frames_lost,
+    inspect_files,
+    move_aside,
+    read_wal_index,
+    record_damage,
+)
+from .uptime import Uptime
+
+# The journal's schema, in `PRAGMA user_version`. 1: the first release (which left
+# user_version at 0); 2: `created_up`, the uptime at which an event or answer was written.
+SCHEMA_VERSION = 2
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS inputs (id INTEGER PRIMARY KEY, at REAL NOT NULL, body TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS events (
     seq INTEGER PRIMARY KEY, event_id TEXT NOT NULL UNIQUE, type TEXT NOT NULL,
-    created REAL NOT NULL, body TEXT NOT NULL, published INTEGER NOT NULL DEFAULT 0);
+    created REAL NOT NULL, body TEXT NOT NULL, published INTEGER NOT NULL DEFAULT 0,
+    created_up REAL NOT NULL DEFAULT 0);
 CREATE INDEX IF NOT EXISTS events_unpublished ON events(published, seq);
 CREATE TABLE IF NOT EXISTS snapshots (input_id INTEGER PRIMARY KEY, state TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS responses (
-    request_id TEXT PRIMARY KEY, created REAL NOT NULL, body TEXT NOT NULL);
+    request_id TEXT PRIMARY KEY, created REAL NOT NULL, body TEXT NOT NULL,
+    created_up REAL NOT NULL DEFAULT 0);
+"""
+# From schema 1: rows written before it count as written at uptime 0, i.e. as old as
+# they can be by that clock; the wall clock alone then decides, as it did.
+MIGRATE_FROM_1 = """
+ALTER TABLE events ADD COLUMN created_up REAL NOT NULL DEFAULT 0;
+ALTER TABLE responses ADD COLUMN created_up REAL NOT NULL DEFAULT 0;
 """
 
 
 # A commit adds a few 1 KiB pages to the WAL: this keeps it to a few MB, as SQLite's own
 # default (a checkpoint at 1000 pages) would.
 CHECKPOINT_EVERY_COMMITS = 1000
+# The uptime is written with the next commit once this old, and by save_uptime().
+UPTIME_SAVE_EVERY_S = 5.0
+REQUEST_MEMORY_S = 86400.0  # request_ids answered again for at least 24 h
 
 
 class StorageError(ShoedError):
     """The journal cannot be read or written; nothing may be acknowledged."""
+
+
+class JournalDamaged(StorageError):
+    """The journal is damaged, missing or foreign: the daemon must not start afresh."""
+
+    def __init__(self, path: pathlib.Path, problems: list[str]) -> None:
+        self.path = path
+        self.problems = problems
+        super().__init__(
+            f"journal {path}: {'; '.join(problems)}. Refusing to start: a new journal "
+            f"would start seq again at 1. `shoed check-journal {path.parent}` says what "
+            f"is wrong; `shoed run --new-journal` (or state.new_journal = true) moves the "
+            f"damaged files aside, deleting nothing, and starts a new journal with a new "
+            f"instance id")
+
+
+class JournalInUse(StorageError):
+    """Another daemon holds this state directory's journal."""
 
 
 def prepare_state_dir(path: pathlib.Path) -> None:
@@ -64,37 +120,240 @@ def prepare_state_dir(path: pathlib.Path) -> None:
         raise StorageError(f"state.dir {path} is not writable by uid {os.geteuid()}")
 
 
-class Journal:
-    """The on-disk record. All methods raise StorageError on any storage failure."""
+def lock_state_dir(path: pathlib.Path) -> int:
+    """Take the exclusive lock on `path/journal.lock` (kept until the fd is closed; the
+    kernel drops it when the process dies, kill -9 included) and write who holds it.
+    Raises JournalInUse naming the holder."""
+    lock = path / LOCK_NAME
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o640)
+    except OSError as error:
+        raise StorageError(f"{lock}: {error.strerror}") from error
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = os.pread(fd, 4096, 0).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        with suppress(ValueError):
+            info = json.loads(holder)
+            holder = (f"pid {info.get('pid')} on {info.get('host')}, started "
+                      f"{info.get('started')}")
+        raise JournalInUse(f"state.dir {path} is in use by another shoed ({holder}; it "
+                           f"holds {lock}): only one daemon may run per journal") from None
+    started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                              "started": started}).encode() + b"\n", 0)
+    return fd
 
-    def __init__(self, directory: pathlib.Path) -> None:
+
+def _write_id(directory: pathlib.Path, instance: str) -> None:
+    """`journal.id`, written atomically: what says later that this directory held it."""
+    tmp = directory / (ID_NAME + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(instance + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, directory / ID_NAME)
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@dataclass(frozen=True)
+class Validated:
+    """What validate() found in a journal that passed."""
+
+    meta: dict[str, str]
+    tables: set[str]
+    version: int
+    clean: bool  # its last stop closed it
+    quick_checked: bool  # SQLite's check ran (quick, or full when asked)
+
+
+def validate(path: pathlib.Path, full: bool = False) -> Validated:
+    """Every check of an existing journal, on a read-only connection: closing it neither
+    checkpoints nor deletes the log, so a refused journal is left as found. Raises
+    JournalDamaged (or StorageError when it cannot be read at all). SQLite's quick_check
+    runs when the last stop was not clean; `full`: its integrity_check, always."""
+    directory = path.parent
+    before = read_wal_index(path)  # the last writer's witness, before SQLite reads
+    marker = directory / ID_NAME
+
+    def damaged(*problems: str) -> JournalDamaged:
+        return JournalDamaged(path, list(problems))
+
+    try:
+        db = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)
+    except sqlite3.Error as error:
+        raise StorageError(f"journal {path}: {error}") from error
+    try:
+        version = int(db.execute("PRAGMA user_version").fetchone()[0])
+        # SQLite has now read the log (and rebuilt its index): did it keep it all?
+        lost = frames_lost(path, before)
+        if lost:
+            record_damage(directory, lost)
+            raise damaged(lost)
+        if version > SCHEMA_VERSION:
+            raise damaged(f"schema version {version} is newer than this shoed's "
+                          f"({SCHEMA_VERSION}): the journal was written by a newer shoed; "
+                          f"run that version, or start a new journal")
+        tables = {str(r[0]) for r in db.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if tables and not {"meta", "events", "inputs", "responses"} <= tables:
+            raise damaged(f"an SQLite database but not a shoed journal (tables: "
+                          f"{', '.join(sorted(tables))})")
+        meta = ({str(k): str(v) for k, v in db.execute("SELECT key, value FROM meta")}
+                if tables else {})
+        instance = meta.get("instance_id")
+        if marker.exists():
+            recorded = marker.read_text().strip()
+            if recorded != instance:
+                raise damaged(
+                    f"this directory held journal instance {recorded!r} ({marker}), but "
+                    f"the journal there now is "
+                    + (f"instance {instance!r}: a foreign journal" if instance
+                       else "a new, empty one: the journal was replaced"))
+        # (A log gone with its index after a crash cannot be told from SQLite's own
+        # close, which checkpoints and deletes both: a process that ends without
+        # close() still closes its connection. inspect_files() sees a log gone alone.)
+        clean = meta.get("clean_stop")
+        checked = bool(tables) and (full or clean != "1")
+        if checked:
+            # Not closed by its last writer (a crash, kill -9, power loss): SQLite's
+            # quick check before anything is trusted (docs/reliability.md: its time).
+            check = "integrity_check" if full else "quick_check"
+            integrity = [str(r[0]) for r in db.execute(f"PRAGMA {check}(20)")]
+            if integrity != ["ok"]:
+                raise damaged(f"corrupt (SQLite's {check}): " + "; ".join(integrity))
+        return Validated(meta, tables, version, clean == "1", checked)
+    except sqlite3.OperationalError as error:
+        raise StorageError(f"journal {path}: {error}") from error
+    except sqlite3.DatabaseError as error:  # not a database, malformed, ...
+        raise damaged(f"corrupt, or not a journal: {error}") from error
+    except OSError as error:
+        raise StorageError(f"journal {path}: {error}") from error
+    finally:
+        db.close()
+
+
+class Journal:
+    """The on-disk record. All methods raise StorageError on any storage failure.
+
+    Opening it takes the state directory's lock and checks the journal (JournalDamaged
+    if it is damaged, missing or foreign, unless `new_journal`: then the damaged files
+    are moved aside, `moved_aside` says where and `damage` what was wrong, and a new
+    journal is started). `wall` and `monotonic` are the clocks (injected by tests).
+    """
+
+    def __init__(self, directory: pathlib.Path, *, new_journal: bool = False,
+                 wall: Callable[[], float] = time.time,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         prepare_state_dir(directory)
-        self.path = directory / "journal.sqlite3"
+        self.directory = directory
+        self.path = directory / DB_NAME
+        self._wall = wall
+        self._monotonic = monotonic
+        self._in_tx = False
+        self._commits_since_checkpoint = 0
+        self._db: sqlite3.Connection | None = None
+        self._checking: sqlite3.Connection | None = None  # integrity_check's own
+        self._uptime: Uptime | None = None
+        self._uptime_saved_at = 0.0
+        self.moved_aside: pathlib.Path | None = None
+        self.damage: list[str] = []
+        self.was_clean = False  # the last stop closed the journal (clean_stop = 1)
+        self.quick_checked = False  # SQLite's quick_check ran at this open
+        self._lock_fd: int | None = lock_state_dir(directory)
         try:
-            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            try:
+                self._open()
+            except JournalDamaged as error:
+                if not new_journal:
+                    raise
+                self._close_db()
+                self.damage = error.problems
+                try:
+                    self.moved_aside = move_aside(directory)
+                except OSError as move_error:
+                    raise StorageError(f"journal {self.path} is damaged and could not be "
+                                       f"moved aside: {move_error}") from error
+                self._open()
+            with self.transaction():
+                self.set_meta("clean_stop", "0")
+                self._save_uptime()
+        except BaseException:
+            self._close_db()
+            self._unlock()
+            raise
+
+    @property
+    def uptime(self) -> Uptime:
+        """The uptime accumulated across runs (shoed/uptime.py): engine inputs carry
+        `mono=journal.uptime.now()`."""
+        assert self._uptime is not None
+        return self._uptime
+
+    def _damaged(self, *problems: str) -> JournalDamaged:
+        return JournalDamaged(self.path, list(problems))
+
+    def _open(self) -> None:
+        problems = inspect_files(self.path)
+        if problems:
+            raise self._damaged(*problems)
+        existed = self.path.exists()
+        if existed and self.path.stat().st_size == 0:
+            raise self._damaged(f"{self.path} is empty (0 bytes): truncated")
+        marker = self.directory / ID_NAME
+        meta: dict[str, str] = {}
+        tables: set[str] = set()
+        version = SCHEMA_VERSION
+        if existed:
+            meta, tables, version = self._validate()
+        elif marker.exists():
+            raise self._damaged(f"the database is missing but {marker} says this directory "
+                                f"held a journal: it was deleted or moved")
+        try:
+            self._db = db = sqlite3.connect(self.path, isolation_level=None,
+                                            check_same_thread=False)
             os.chmod(self.path, 0o640)
             # 1 KiB pages (for a new journal; an existing one keeps its own): a card's
             # record is a few hundred bytes, and each page it touches is written to the
             # WAL and fsynced before the ACK. Measured: 0.48 ms per record against 0.66 ms
             # with 4 KiB pages (docs/performance.md).
-            self._db.execute("PRAGMA page_size=1024")
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
+            db.execute("PRAGMA page_size=1024")
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=FULL")
             # No checkpoint inside a commit (SQLite's default every 1000 pages would copy
             # the WAL into the database inside whichever commit crosses it, a card's
             # record before its ACK among them): the daemon calls checkpoint_if_due() at
             # a moment when nothing waits.
-            self._db.execute("PRAGMA wal_autocheckpoint=0")
-            self._db.execute("PRAGMA foreign_keys=ON")
-            integrity = self._db.execute("PRAGMA quick_check").fetchone()[0]
-            if integrity != "ok":
-                raise StorageError(f"journal {self.path} is corrupt: {integrity}")
-            self._db.executescript(SCHEMA)
-        except sqlite3.Error as error:
+            db.execute("PRAGMA wal_autocheckpoint=0")
+            db.execute("PRAGMA foreign_keys=ON")
+            if not tables:
+                db.executescript(SCHEMA)
+                db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            elif version < 2:
+                db.executescript(f"BEGIN; {MIGRATE_FROM_1} "
+                                 f"PRAGMA user_version={SCHEMA_VERSION}; COMMIT;")
+        except (sqlite3.Error, OSError) as error:
             raise StorageError(f"journal {self.path}: {error}") from error
-        self._in_tx = False
-        self._commits_since_checkpoint = 0
-        self.instance_id = self.meta("instance_id") or self._new_instance()
+        try:
+            base = max(0.0, float(meta.get("uptime", "0")))
+        except ValueError:
+            base = 0.0
+        self._uptime = Uptime(base, self._monotonic)
+        self._uptime_saved_at = self._monotonic()
+        self.instance_id = meta.get("instance_id") or self._new_instance()
+        if not marker.exists():
+            _write_id(self.directory, self.instance_id)
+
+    def _validate(self) -> tuple[dict[str, str], set[str], int]:
+        found = validate(self.path)
+        self.was_clean, self.quick_checked = found.clean, found.quick_checked
+        return found.meta, found.tables, found.version
 
     def _new_instance(self) -> str:
         instance = secrets.token_hex(4)
@@ -102,18 +361,44 @@ class Journal:
             self.set_meta("instance_id", instance)
         return instance
 
-    def close(self) -> None:
-        with suppress(sqlite3.Error):
-            self._db.close()
+    def _close_db(self) -> None:
+        if self._db is not None:
+            with suppress(sqlite3.Error):
+                self._db.close()
+            self._db = None
+
+    def _unlock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # the flock goes with it
+            self._lock_fd = None
+
+    def close(self, clean: bool = True) -> None:
+        """Close the journal and release the state directory's lock. `clean`: record a
+        clean stop (the next start then skips the quick check) and the uptime."""
+        if clean and self._db is not None and not self._in_tx:
+            with suppress(StorageError), self.transaction():
+                self.set_meta("uptime", repr(self.uptime.now()))
+                self.set_meta("clean_stop", "1")
+        self._close_db()
+        checking = self._checking
+        if checking is not None:  # a background integrity check: stop it now
+            with suppress(sqlite3.Error):
+                checking.interrupt()
+        self._unlock()
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
-        """One atomic write, fsynced. Raises StorageError (and rolls back) on failure."""
+        """One atomic write, fsynced. Raises StorageError (and rolls back) on failure.
+
+        Carries the uptime with it when the saved one is UPTIME_SAVE_EVERY_S old."""
         try:
-            self._db.execute("BEGIN IMMEDIATE")
+            self._conn().execute("BEGIN IMMEDIATE")
             self._in_tx = True
             yield
-            self._db.execute("COMMIT")
+            if (self._uptime is not None
+                    and self._monotonic() - self._uptime_saved_at >= UPTIME_SAVE_EVERY_S):
+                self._save_uptime()
+            self._conn().execute("COMMIT")
             self._commits_since_checkpoint += 1
         except sqlite3.Error as error:
             self._rollback()
@@ -123,6 +408,50 @@ class Journal:
             raise
         finally:
             self._in_tx = False
+
+    def _save_uptime(self) -> None:
+        if self._uptime is not None:
+            self.set_meta("uptime", repr(self._uptime.now()))
+            self._uptime_saved_at = self._monotonic()
+
+    def save_uptime(self) -> bool:
+        """Write the uptime (fsynced) if the saved one is UPTIME_SAVE_EVERY_S old; the
+        shell calls it every few seconds, so that a kill -9 loses at most that much of
+        it. True if it wrote."""
+        if self._in_tx or self._monotonic() - self._uptime_saved_at < UPTIME_SAVE_EVERY_S:
+            return False
+        with self.transaction():
+            self._save_uptime()
+        return True
+
+    def integrity_check(self) -> list[str]:
+        """SQLite's full integrity check on a connection of its own, read-only: safe to
+        run in a thread while the daemon writes (the shell runs it in the background
+        after READY). Returns the problems (empty: ok); a problem found is recorded in
+        `journal.damaged`, so that the next start refuses the journal."""
+        try:
+            conn = sqlite3.connect(self.path.resolve().as_uri() + "?mode=ro", uri=True,
+                                   check_same_thread=False)
+        except sqlite3.Error as error:
+            return [f"cannot open for the check: {error}"]
+        self._checking = conn
+        try:
+            found = [str(r[0]) for r in conn.execute("PRAGMA integrity_check(20)")]
+        except sqlite3.OperationalError as error:
+            if self._db is None:  # interrupted by close(): nothing was found
+                return []
+            found = [str(error)]
+        except sqlite3.DatabaseError as error:
+            found = [str(error)]
+        finally:
+            self._checking = None
+            conn.close()
+        if found == ["ok"]:
+            return []
+        with suppress(OSError):
+            record_damage(self.directory, "corrupt (SQLite's integrity_check): "
+                          + "; ".join(found))
+        return found
 
     def checkpoint_if_due(self, every: int = CHECKPOINT_EVERY_COMMITS) -> bool:
         """Copy the write-ahead log into the database once `every` commits have gone into
@@ -138,13 +467,18 @@ class Journal:
         self._commits_since_checkpoint = 0
         return True
 
+    def _conn(self) -> sqlite3.Connection:
+        if self._db is None:
+            raise sqlite3.ProgrammingError("the journal is closed")
+        return self._db
+
     def _rollback(self) -> None:
         with suppress(sqlite3.Error):
-            self._db.execute("ROLLBACK")
+            self._conn().execute("ROLLBACK")
 
     def _run(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Cursor:
         try:
-            return self._db.execute(sql, params)
+            return self._conn().execute(sql, params)
         except sqlite3.Error as error:
             raise StorageError(f"journal: {error}") from error
 
@@ -195,9 +529,10 @@ class Journal:
         """Put an event into the outbox (`published` when its PUBACK came before the row
         was written). OR IGNORE: replaying recorded inputs regenerates the same events
         (same seq and event_id); those already in the outbox stay as they are."""
-        self._run("INSERT OR IGNORE INTO events(seq, event_id, type, created, body, published) "
-                  "VALUES(?, ?, ?, ?, ?, ?)",
-                  (seq, event_id, type_, time.time(), body, int(published)))
+        self._run("INSERT OR IGNORE INTO events(seq, event_id, type, created, body, published, "
+                  "created_up) VALUES(?, ?, ?, ?, ?, ?, ?)",
+                  (seq, event_id, type_, self._wall(), body, int(published),
+                   self.uptime.now()))
 
     def unpublished(self, limit: int = 256) -> list[tuple[int, str]]:
         rows = self._run("SELECT seq, body FROM events WHERE published = 0 ORDER BY seq LIMIT ?",
@@ -229,14 +564,24 @@ class Journal:
         row = self._run("SELECT MIN(seq), MAX(seq) FROM events").fetchone()
         return int(row[0] or 0), int(row[1] or 0)
 
-    def prune(self, retention_days: int, now: float) -> int:
-        """Drop published events and command answers past retention (answers: >= 24 h)."""
-        horizon = now - retention_days * 86400
+    def prune(self, retention_days: int, now: float | None = None) -> int:
+        """Drop published events past retention, and command answers past retention or
+        24 h (REQUEST_MEMORY_S), whichever is longer; the newest event always stays.
+
+        Old means old by both clocks: the wall clock (`now`, by default the journal's)
+        and the uptime accumulated across runs. A step of the wall clock either way
+        never forgets anything too early; time the daemon was not running does not age
+        anything by the uptime (kept longer, never shorter)."""
+        wall = self._wall() if now is None else now
+        up = self.uptime.now()
+        keep = retention_days * 86400.0
+        answers = max(keep, REQUEST_MEMORY_S)
         with self.transaction():
-            cursor = self._run("DELETE FROM events WHERE published = 1 AND created < ? AND seq < "
-                               "(SELECT MAX(seq) FROM events)", (horizon,))
-            self._run("DELETE FROM responses WHERE created < ?",
-                      (now - max(retention_days * 86400, 86400),))
+            cursor = self._run("DELETE FROM events WHERE published = 1 AND created < ? "
+                               "AND created_up < ? AND seq < (SELECT MAX(seq) FROM events)",
+                               (wall - keep, up - keep))
+            self._run("DELETE FROM responses WHERE created < ? AND created_up < ?",
+                      (wall - answers, up - answers))
         return int(cursor.rowcount)
 
     # -- command answers ----------------------------------------------------------------
@@ -247,5 +592,6 @@ class Journal:
         return None if row is None else dict(json.loads(row[0]))
 
     def add_response(self, request_id: str, body: dict[str, Any]) -> None:
-        self._run("INSERT OR IGNORE INTO responses(request_id, created, body) VALUES(?, ?, ?)",
-                  (request_id, time.time(), json.dumps(body)))
+        self._run("INSERT OR IGNORE INTO responses(request_id, created, body, created_up) "
+                  "VALUES(?, ?, ?, ?)",
+                  (request_id, self._wall(), json.dumps(body), self.uptime.now()))

@@ -493,7 +493,8 @@ class Engine:
             fields["hand_no"] = shoe.hand.hand_no if shoe and shoe.hand else None
         event = cls(
             event_id=f"{self.config.table_id}-{self.s.instance_id}-{self.s.seq}",
-            seq=self.s.seq, ts=iso(self._at), table_id=self.config.table_id, **fields,
+            seq=self.s.seq, instance=self.s.instance_id, ts=iso(self._at),
+            table_id=self.config.table_id, **fields,
         )
         self._out.events.append(event)
 
@@ -1343,7 +1344,8 @@ class Engine:
         """The `{root}/state` snapshot of mqtt-api.md section 3."""
         shoe = self.s.shoe
         state: dict[str, Any] = {
-            "schema_version": 1, "seq": self.s.seq, "shoe_id": None, "shoe_state": "no_shoe",
+            "schema_version": 1, "seq": self.s.seq, "instance": self.s.instance_id,
+            "shoe_id": None, "shoe_state": "no_shoe",
             "betting": None, "hand_no": None, "last_hand": False, "cards": [],
             "pending_cards": [], "next_position": None, "commencement": None, "hold": None,
             "alarms": [{"alarm_id": a.alarm_id, "code": a.code, "since": a.since,

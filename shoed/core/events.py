@@ -1,6 +1,6 @@
 """Event models of mqtt-api.md section 2: one pydantic model per event type.
 
-Every event carries `schema_version`, `event_id`, `seq`, `type`, `ts`, `table_id`,
+Every event carries `schema_version`, `event_id`, `seq`, `instance`, `type`, `ts`, `table_id`,
 `shoe_id` and `hand_no`. Consumers ignore fields they do not know; we only add.
 """
 
@@ -23,6 +23,7 @@ class EventBase(BaseModel):
     type: str
     event_id: str
     seq: int
+    instance: str  # the journal's identity: consumers key on (instance, seq)
     ts: str
     table_id: str
     shoe_id: str | None
@@ -195,6 +196,7 @@ class StateSnapshot(_StateModel):
 
     schema_version: Literal[1]
     seq: int
+    instance: str
     shoe_id: str | None
     shoe_state: Literal["no_shoe", "commencement", "between_hands", "dealing", "held",
                         "shoe_ended", "shoe_voided"]

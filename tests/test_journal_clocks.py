@@ -1,0 +1,186 @@
+"""Memories that span restarts age on the wall clock AND on the uptime kept in the journal
+(issue 13 §4): a step of the wall clock either way never forgets anything too early.
+
+The journal's clocks are injected (`wall`, `monotonic`); "a reboot" starts the monotonic
+clock again from a small value; "a kill -9" drops the journal without closing it.
+"""
+
+from __future__ import annotations
+
+import math
+import pathlib
+
+import pytest
+
+from shoed.journal import Journal
+from shoed.uptime import Uptime
+
+DAY = 86400.0
+HOUR = 3600.0
+
+
+class Clocks:
+    def __init__(self) -> None:
+        self.wall = 1_800_000_000.0
+        self.mono = 12_345.0
+
+    def pass_(self, seconds: float) -> None:
+        """Real time passes: both clocks move."""
+        self.wall += seconds
+        self.mono += seconds
+
+    def open(self, state: pathlib.Path) -> Journal:
+        return Journal(state, wall=lambda: self.wall, monotonic=lambda: self.mono)
+
+
+_LEAKED: list[object] = []
+
+
+def kill(journal: Journal) -> None:
+    """As kill -9 leaves it: nothing more is written, and SQLite does not close the
+    connection either (a close would checkpoint); the kernel drops the lock."""
+    _LEAKED.append(journal._db)
+    journal._db = None
+    journal._unlock()
+
+
+def test_uptime_counts_from_its_start_and_never_goes_back() -> None:
+    now = [100.0]
+    uptime = Uptime(50.0, monotonic=lambda: now[0])
+    assert uptime.now() == 50.0
+    now[0] = 130.0
+    assert uptime.now() == 80.0
+    now[0] = 90.0  # a monotonic clock does not do this; the uptime would not follow
+    assert uptime.now() == 50.0
+    for bad in (-1.0, math.nan):
+        with pytest.raises(ValueError):
+            Uptime(bad)
+
+
+def test_uptime_accumulates_across_runs_and_reboots(tmp_path: pathlib.Path) -> None:
+    clocks = Clocks()
+    journal = clocks.open(tmp_path / "state")
+    assert journal.uptime.now() == 0.0
+    clocks.pass_(100.0)
+    journal.close()
+    clocks.wall += 7 * DAY  # a week switched off: not counted
+    clocks.mono = 3.0  # a reboot
+    journal = clocks.open(tmp_path / "state")
+    assert journal.uptime.now() == pytest.approx(100.0)
+    clocks.pass_(50.0)
+    assert journal.uptime.now() == pytest.approx(150.0)
+    journal.close()
+
+
+def test_kill9_loses_at_most_the_unsaved_part(tmp_path: pathlib.Path) -> None:
+    clocks = Clocks()
+    journal = clocks.open(tmp_path / "state")
+    clocks.pass_(3.0)
+    assert not journal.save_uptime()  # saved less than 5 s ago
+    with journal.transaction():
+        journal.add_input(1.0, "{}")  # not due yet: the commit does not carry it
+    clocks.pass_(4.0)
+    with journal.transaction():
+        journal.add_input(2.0, "{}")  # 7 s: due, carried by the commit
+    clocks.pass_(2.0)
+    kill(journal)  # at 9 s
+    clocks.mono = 1.0
+    journal = clocks.open(tmp_path / "state")
+    assert journal.uptime.now() == pytest.approx(7.0)  # lost 2 s, less than 5
+    clocks.pass_(6.0)
+    assert journal.save_uptime()  # the shell's periodic save, once due
+    kill(journal)
+    journal = clocks.open(tmp_path / "state")
+    assert journal.uptime.now() == pytest.approx(13.0)
+    journal.close()
+
+
+@pytest.mark.parametrize("step", [HOUR, 25 * HOUR, 400 * DAY])
+def test_request_id_survives_a_forward_step_of_the_wall_clock(tmp_path: pathlib.Path,
+                                                               step: float) -> None:
+    """Issue 13: after a forward step a retried request_id was applied twice."""
+    clocks = Clocks()
+    journal = clocks.open(tmp_path / "state")
+    with journal.transaction():
+        journal.add_response("req-1", {"request_id": "req-1", "ok": True})
+    clocks.pass_(40.0)
+    clocks.wall += step  # NTP steps the wall clock forward
+    journal.prune(retention_days=1)
+    assert journal.response("req-1") == {"request_id": "req-1", "ok": True}
+    # ... and across a restart the memory still holds, then ends when old by both.
+    journal.close()
+    clocks.mono = 5.0
+    journal = clocks.open(tmp_path / "state")
+    clocks.pass_(DAY - 60.0)  # uptime now just under 24 h since the answer
+    journal.prune(retention_days=1)
+    assert journal.response("req-1") is not None
+    clocks.pass_(30.0)
+    journal.prune(retention_days=1)
+    assert journal.response("req-1") is None
+    journal.close()
+
+
+def test_request_id_survives_a_backward_step_of_the_wall_clock(tmp_path: pathlib.Path) -> None:
+    clocks = Clocks()
+    journal = clocks.open(tmp_path / "state")
+    with journal.transaction():
+        journal.add_response("req-1", {"ok": True})
+    clocks.wall -= 2 * HOUR  # stepped back
+    clocks.pass_(25 * HOUR)  # 25 h of uptime, 23 h by the wall clock
+    journal.prune(retention_days=1)
+    assert journal.response("req-1") is not None
+    clocks.pass_(2 * HOUR)
+    journal.prune(retention_days=1)
+    assert journal.response("req-1") is None
+    journal.close()
+
+
+def _events(journal: Journal, first: int, last: int) -> None:
+    with journal.transaction():
+        for seq in range(first, last + 1):
+            journal.add_event(seq, f"T-i-{seq}", "card", f'{{"seq": {seq}}}', published=True)
+
+
+@pytest.mark.parametrize("step", [HOUR, 31 * DAY])
+def test_replay_range_survives_a_forward_step(tmp_path: pathlib.Path, step: float) -> None:
+    """Issue 13: events 40 s old were pruned from the replay range after a forward step."""
+    clocks = Clocks()
+    journal = clocks.open(tmp_path / "state")
+    _events(journal, 1, 50)
+    clocks.pass_(40.0)
+    clocks.wall += step
+    assert journal.prune(retention_days=1 if step < DAY else 30) == 0
+    assert journal.event_range() == (1, 50)
+    journal.close()
+
+
+def test_replay_range_survives_a_backward_step_and_is_pruned_when_old_by_both(
+        tmp_path: pathlib.Path) -> None:
+    clocks = Clocks()
+    journal = clocks.open(tmp_path / "state")
+    _events(journal, 1, 10)
+    clocks.pass_(DAY / 2)
+    _events(journal, 11, 20)
+    clocks.wall -= 6 * HOUR  # stepped back
+    clocks.pass_(DAY)  # the first ten: 36 h of uptime, 30 h of wall time; the rest 24/18 h
+    assert journal.prune(retention_days=1) == 10
+    assert journal.event_range() == (11, 20)
+    clocks.pass_(7 * HOUR)
+    assert journal.prune(retention_days=1) == 9  # the newest event always stays
+    assert journal.event_range() == (20, 20)
+    journal.close()
+
+
+def test_time_switched_off_does_not_age_anything_by_the_uptime(tmp_path: pathlib.Path) -> None:
+    """Kept longer rather than shorter: a month switched off is not a month of uptime."""
+    clocks = Clocks()
+    journal = clocks.open(tmp_path / "state")
+    _events(journal, 1, 5)
+    journal.close()
+    clocks.wall += 40 * DAY
+    clocks.mono = 2.0
+    journal = clocks.open(tmp_path / "state")
+    assert journal.prune(retention_days=30) == 0
+    clocks.pass_(30 * DAY + 1)
+    assert journal.prune(retention_days=30) == 4
+    journal.close()

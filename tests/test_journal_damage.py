@@ -1,0 +1,357 @@
+"""A damaged, missing or foreign journal is refused, never silently replaced (issue 13 §5).
+
+Real SQLite files; "a crash" is a child process that writes and dies with os._exit (no
+close: its -wal and -shm stay, as after kill -9). Each damage is refused by `Journal`
+with a message naming the file and the problem, by `shoed check-journal` (exit 2), and,
+with `new_journal=True`, moved aside whole (nothing deleted) for a new journal with a new
+instance id.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+
+from shoed.journal import Journal, JournalDamaged, StorageError
+from shoed.journal_check import check_journal, read_wal_index
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+CRASH = """
+import os, pathlib, sys
+from shoed.journal import Journal
+j = Journal(pathlib.Path(sys.argv[1]))
+for i in range(int(sys.argv[2])):
+    with j.transaction():
+        j.add_input(float(i), "x" * 300)
+        j.add_event(i + 1, f"T-{j.instance_id}-{i + 1}", "card", '{"n": %d}' % i)
+    if sys.argv[3] == "checkpoint" and i == int(sys.argv[2]) // 2:
+        j.checkpoint_if_due(every=0)
+print(j.instance_id, flush=True)
+os._exit(0)  # no close: as kill -9 leaves it
+"""
+
+
+def crash(state: pathlib.Path, commits: int = 40, checkpoint: bool = False) -> str:
+    """A journal whose writer died without closing it; returns its instance id."""
+    done = subprocess.run([sys.executable, "-c", CRASH, str(state), str(commits),
+                           "checkpoint" if checkpoint else "-"],
+                          capture_output=True, text=True, check=True, cwd=ROOT)
+    return done.stdout.strip()
+
+
+def clean(state: pathlib.Path, commits: int = 40) -> str:
+    journal = Journal(state)
+    for i in range(commits):
+        with journal.transaction():
+            journal.add_event(i + 1, f"T-{journal.instance_id}-{i + 1}", "card", "{}")
+    instance = journal.instance_id
+    journal.close()
+    return instance
+
+
+def refused(state: pathlib.Path, *words: str) -> str:
+    with pytest.raises(JournalDamaged) as caught:
+        Journal(state)
+    message = str(caught.value)
+    for word in words:
+        assert word in message, message
+    assert "--new-journal" in message and "check-journal" in message
+    ok, lines = check_journal(state)
+    assert not ok and lines, lines
+    return message
+
+
+def db(state: pathlib.Path) -> pathlib.Path:
+    return state / "journal.sqlite3"
+
+
+def wal(state: pathlib.Path) -> pathlib.Path:
+    return state / "journal.sqlite3-wal"
+
+
+# -- each damage, refused -----------------------------------------------------------------
+
+
+def test_database_deleted_with_its_wal_left_is_refused(tmp_path: pathlib.Path) -> None:
+    state = tmp_path / "state"
+    crash(state)
+    db(state).unlink()
+    refused(state, str(db(state)), "write-ahead log", "deleted or moved")
+    assert not db(state).exists()  # nothing was created in its place
+
+
+def test_database_deleted_after_a_clean_stop_is_refused(tmp_path: pathlib.Path) -> None:
+    state = tmp_path / "state"
+    instance = clean(state)
+    assert not wal(state).exists()  # a clean stop leaves only the database (and journal.id)
+    db(state).unlink()
+    refused(state, "journal.id", instance)
+
+
+def test_journal_from_a_newer_schema_is_refused(tmp_path: pathlib.Path) -> None:
+    state = tmp_path / "state"
+    clean(state)
+    with sqlite3.connect(db(state)) as conn:
+        conn.execute("PRAGMA user_version=7")
+    refused(state, "schema version 7", "newer")
+
+
+def test_truncated_wal_is_refused(tmp_path: pathlib.Path) -> None:
+    state = tmp_path / "state"
+    crash(state)
+    index = read_wal_index(db(state))
+    assert index is not None and index.max_frame > 40  # the writer's witness
+    size = wal(state).stat().st_size
+    os.truncate(wal(state), size // 2)
+    refused(state, str(wal(state)), "truncated")
+
+
+@pytest.mark.parametrize("keep", [0, 10])
+def test_wal_cut_to_nothing_or_its_header_damaged_is_refused(tmp_path: pathlib.Path,
+                                                             keep: int) -> None:
+    state = tmp_path / "state"
+    crash(state)
+    with open(wal(state), "r+b") as f:
+        f.truncate(keep) if keep == 0 else f.write(b"\x00" * 32)
+    refused(state, str(wal(state)))
+
+
+def test_wal_deleted_after_a_crash_is_refused(tmp_path: pathlib.Path) -> None:
+    state = tmp_path / "state"
+    crash(state)
+    wal(state).unlink()
+    refused(state, "write-ahead log", "missing")
+
+
+def test_process_ending_without_close_is_not_damage(tmp_path: pathlib.Path) -> None:
+    """A daemon that exits without Journal.close() (an exception, storage failed) still
+    closes its SQLite connection at exit: SQLite checkpoints and deletes the log. That is
+    no damage, and nothing is lost."""
+    state = tmp_path / "state"
+    code = ("import pathlib, sys; from shoed.journal import Journal; "
+            "j = Journal(pathlib.Path(sys.argv[1]))\n"
+            "with j.transaction(): j.add_event(1, 'T-x-1', 'card', '{}')\n"
+            "raise SystemExit(3)")
+    done = subprocess.run([sys.executable, "-c", code, str(state)], cwd=ROOT)
+    assert done.returncode == 3
+    assert not wal(state).exists()  # SQLite's own close
+    journal = Journal(state)
+    assert not journal.was_clean and journal.quick_checked
+    assert journal.event_range() == (1, 1)
+    journal.close()
+
+
+def test_wal_frame_damaged_in_the_middle_is_refused_and_stays_refused(
+        tmp_path: pathlib.Path) -> None:
+    """SQLite drops every frame from the first bad checksum on, silently; the files still
+    look whole (right size, last frame there). Only the writer's index tells."""
+    state = tmp_path / "state"
+    crash(state)
+    index = read_wal_index(db(state))
+    assert index is not None
+    frame = 24 + index.page_size
+    with open(wal(state), "r+b") as f:
+        f.seek(32 + 5 * frame + 24 + 100)  # inside the 6th frame's page
+        f.write(os.urandom(64))
+    message = refused(state, "damaged", "committed transactions would be lost")
+    assert (state / "journal.damaged").exists()
+    # SQLite's recovery has rebuilt the index since: the record keeps the refusal.
+    again = refused(state, "found damaged before")
+    assert message.split(": ", 1)[1][:40] in again
+
+
+def _leaf_pages(path: pathlib.Path, table: str) -> tuple[list[int], int]:
+    """The leaf pages of `table` in the database file itself (not the log), and the page
+    size."""
+    with sqlite3.connect(f"file:{path}?immutable=1", uri=True) as conn:
+        pages = [int(r[0]) for r in conn.execute(
+            "SELECT pageno FROM dbstat WHERE name = ? AND pagetype = 'leaf' ORDER BY pageno",
+            (table,))]
+        return pages, int(conn.execute("PRAGMA page_size").fetchone()[0])
+
+
+def test_corrupted_page_after_a_crash_is_refused(tmp_path: pathlib.Path) -> None:
+    state = tmp_path / "state"
+    crash(state, commits=300, checkpoint=True)
+    pages, size = _leaf_pages(db(state), "inputs")
+    with open(db(state), "r+b") as f:  # the first leaf: rows the log no longer holds
+        f.seek((pages[0] - 1) * size)
+        f.write(b"\xee" * 64)
+    refused(state, "corrupt")
+
+
+def test_corrupted_page_after_a_clean_stop_is_found_by_the_background_check(
+        tmp_path: pathlib.Path) -> None:
+    """After a clean stop the start skips the quick check; the full check that the daemon
+    runs after READY finds the damage and the next start refuses the journal."""
+    state = tmp_path / "state"
+    clean(state, commits=300)
+    pages, size = _leaf_pages(db(state), "events")
+    with open(db(state), "r+b") as f:
+        f.seek((pages[len(pages) // 2] - 1) * size)
+        f.write(b"\xee" * 64)
+    journal = Journal(state)
+    assert not journal.quick_checked
+    problems = journal.integrity_check()
+    journal.close()
+    assert problems, "the integrity check found nothing"
+    refused(state, "integrity_check")
+
+
+@pytest.mark.parametrize("damage", ["garbage", "half", "empty", "directory", "foreign",
+                                    "other_sqlite"])
+def test_garbage_truncated_empty_directory_or_foreign_journal_is_refused(
+        tmp_path: pathlib.Path, damage: str) -> None:
+    state = tmp_path / "state"
+    clean(state, commits=300)
+    path = db(state)
+    if damage == "garbage":
+        path.write_bytes(os.urandom(50_000))
+    elif damage == "half":
+        os.truncate(path, path.stat().st_size // 2)
+    elif damage == "empty":
+        os.truncate(path, 0)
+    elif damage == "directory":
+        path.unlink()
+        path.mkdir()
+    elif damage == "foreign":
+        other = tmp_path / "other"
+        clean(other)
+        shutil.copy(db(other), path)
+    else:
+        path.unlink()
+        with sqlite3.connect(path) as conn:
+            conn.execute("CREATE TABLE t (x)")
+    with pytest.raises(StorageError) as caught:  # JournalDamaged or a plain refusal
+        Journal(state)
+    assert str(path) in str(caught.value)
+    assert not check_journal(state)[0]
+    if damage != "half":  # a half database may still read as a (smaller) one
+        assert isinstance(caught.value, JournalDamaged), caught.value
+
+
+# -- what is accepted -----------------------------------------------------------------------
+
+
+def test_a_crash_is_not_damage_and_loses_nothing(tmp_path: pathlib.Path) -> None:
+    state = tmp_path / "state"
+    instance = crash(state, commits=60)
+    journal = Journal(state)
+    assert journal.instance_id == instance and not journal.was_clean
+    assert journal.quick_checked and journal.event_range() == (1, 60)
+    journal.close()
+    journal = Journal(state)
+    assert journal.was_clean and not journal.quick_checked
+    journal.close()
+    ok, lines = check_journal(state)
+    assert ok and f"instance {instance}" in lines and "events seq 1..60, 60 not yet " \
+        "published" in lines, lines
+
+
+def test_journal_of_the_first_schema_is_migrated(tmp_path: pathlib.Path) -> None:
+    """A journal written before the schema had a version (user_version 0, no created_up,
+    no journal.id) opens, keeps its instance and its events, and gains the new columns."""
+    state = tmp_path / "state"
+    state.mkdir(mode=0o750)
+    with sqlite3.connect(db(state)) as conn:
+        conn.executescript("""
+            CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+            CREATE TABLE inputs (id INTEGER PRIMARY KEY, at REAL NOT NULL, body TEXT NOT NULL);
+            CREATE TABLE events (seq INTEGER PRIMARY KEY, event_id TEXT NOT NULL UNIQUE,
+                type TEXT NOT NULL, created REAL NOT NULL, body TEXT NOT NULL,
+                published INTEGER NOT NULL DEFAULT 0);
+            CREATE TABLE snapshots (input_id INTEGER PRIMARY KEY, state TEXT NOT NULL);
+            CREATE TABLE responses (request_id TEXT PRIMARY KEY, created REAL NOT NULL,
+                body TEXT NOT NULL);
+            INSERT INTO meta VALUES ('instance_id', 'old1');
+            INSERT INTO events VALUES (1, 'T-old1-1', 'card', 1.0, '{}', 1);
+        """)
+    journal = Journal(state)
+    assert journal.instance_id == "old1" and journal.event_range() == (1, 1)
+    assert journal._conn().execute("PRAGMA user_version").fetchone()[0] == 2
+    journal.close()
+    assert (state / "journal.id").read_text().strip() == "old1"
+
+
+# -- the operator's way out: --new-journal -----------------------------------------------------
+
+
+def _files(directory: pathlib.Path) -> dict[str, int]:
+    return {p.name: p.stat().st_size for p in directory.iterdir() if p.is_file()}
+
+
+@pytest.mark.parametrize("damage", ["db_deleted", "truncated_wal", "newer_schema",
+                                    "frame_damaged"])
+def test_new_journal_moves_the_damaged_files_aside_and_starts_a_new_instance(
+        tmp_path: pathlib.Path, damage: str) -> None:
+    state = tmp_path / "state"
+    old = crash(state)
+    if damage == "db_deleted":
+        db(state).unlink()
+    elif damage == "truncated_wal":
+        os.truncate(wal(state), wal(state).stat().st_size // 3)
+    elif damage == "newer_schema":
+        Journal(state).close()
+        with sqlite3.connect(db(state)) as conn:
+            conn.execute("PRAGMA user_version=9")
+    else:
+        with open(wal(state), "r+b") as f:
+            f.seek(32 + 3 * 1048 + 300)
+            f.write(os.urandom(32))
+    before = {k: v for k, v in _files(state).items() if k != "journal.lock"}
+    journal = Journal(state, new_journal=True)
+    try:
+        assert journal.moved_aside is not None and journal.damage
+        assert journal.instance_id != old and journal.event_range() == (0, 0)
+        moved = _files(journal.moved_aside)
+        for name, size in before.items():  # everything is kept, nothing deleted
+            if name.endswith("-shm") or name == "journal.damaged":
+                assert name in moved
+            else:
+                assert moved.get(name) == size, (name, moved)
+    finally:
+        journal.close()
+    again = Journal(state)  # the new journal is a sound one
+    assert again.instance_id == journal.instance_id and again.moved_aside is None
+    again.close()
+
+
+def test_new_journal_keeps_a_sound_journal(tmp_path: pathlib.Path) -> None:
+    state = tmp_path / "state"
+    instance = crash(state)
+    journal = Journal(state, new_journal=True)
+    assert journal.instance_id == instance and journal.moved_aside is None
+    assert journal.event_range() == (1, 40)
+    journal.close()
+
+
+def test_daemon_runs_the_full_check_after_ready_and_logs_what_it_finds(
+        tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import asyncio
+
+    from rig import make_settings
+
+    from shoed.daemon import Daemon
+
+    state = tmp_path / "state"
+    clean(state, commits=300)
+    pages, size = _leaf_pages(db(state), "events")
+    with open(db(state), "r+b") as f:
+        f.seek((pages[len(pages) // 2] - 1) * size)
+        f.write(b"\xee" * 64)
+    daemon = Daemon(make_settings(state, "mqtt://127.0.0.1:1"))
+    daemon.restore()  # a clean stop: no check before READY
+    capsys.readouterr()
+    asyncio.run(daemon.integrity_check())  # the task run() starts after READY
+    assert daemon.journal is not None
+    daemon.journal.close()
+    out = capsys.readouterr().out
+    assert '"journal_corrupt"' in out and '"level": "error"' in out, out
+    refused(state, "integrity_check")
