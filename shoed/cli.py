@@ -70,10 +70,11 @@ def _cmd_schema(args: argparse.Namespace) -> int:
 
 def _cmd_analyze(args: argparse.Namespace) -> int:
     from .core.analyze import analysis
-    from .core.paytable import SIDE_BETS, PayTable
+    from .core.paytable import SIDE_BETS, PayTable, TableType
 
     table: PayTable | None = None
-    decks, table_type = args.decks, args.table
+    decks: int | None = args.decks
+    table_type: TableType | None = args.table
     if args.config is not None:
         from .config import ConfigError, load_settings
 

@@ -9,6 +9,7 @@ common denominator N(N-1)...(N-5), so the results are exact fractions.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -39,8 +40,10 @@ class Odds:
     pairs: dict[str, Fraction] = field(default_factory=dict)
 
 
+@functools.lru_cache(maxsize=12)
 def exact_odds(decks: int) -> Odds:
-    """Enumerate every ordered sequence of card values a hand can use."""
+    """Enumerate every ordered sequence of card values a hand can use (cached per deck
+    count: the result is exact and never changed)."""
     if decks < 1:
         raise ValueError(f"expected at least 1 deck, got {decks}")
     counts = [16 * decks] + [4 * decks] * 9
