@@ -278,3 +278,36 @@ def test_alarm_message_names_the_detector() -> None:
     watch = IntegrityWatch(decks=8)
     alarms = feed(watch, NEW_DECK[:6])
     assert "suited_step_run" in alarms[-1].message and "AS" in alarms[-1].message
+
+
+def test_alarm_fields_make_an_alarm_event() -> None:
+    from shoed.core.events import Alarm
+
+    watch = IntegrityWatch(decks=8)
+    alarms = feed(watch, NEW_DECK[:6])
+    notice, final = alarms
+    events = [Alarm(event_id="e", seq=1, ts="t", table_id="T1", shoe_id="S", hand_no=None,
+                    alarm_id=f"A{i}", active=True, **a.alarm_fields())  # type: ignore[arg-type]
+              for i, a in enumerate(alarms)]
+    assert [(e.code, e.momentary, e.detector) for e in events] == [
+        ("shoe_order_suspect", True, "suited_step_run"),
+        ("shoe_unshuffled", False, "suited_step_run")]
+    assert events[1].cards == final.cards and len(final.cards) == 6
+    assert notice.card_index == 5
+
+
+def test_a_pickled_watch_rebuilds_what_it_derives() -> None:
+    """The engine's rollback checkpoint pickles the state: the hash sets are left out."""
+    import pickle
+
+    rng = random.Random(8)
+    order = list(ALL_CARDS) * 8
+    rng.shuffle(order)
+    watch = IntegrityWatch(decks=8, previous_shoe_order=list(order[:402]))
+    feed(watch, list(order[402:]))
+    copy = pickle.loads(pickle.dumps(watch))
+    assert copy.derived is None and watch.derived is not None
+    # the first six cards of the previous shoe again: both see it, the copy after a rebuild
+    again = feed(copy, list(order[:6]), start=15)
+    assert again == feed(watch, list(order[:6]), start=15)
+    assert finals(again) == [("repeat_previous_shoe", 20)]

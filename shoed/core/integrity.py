@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -94,6 +94,13 @@ class IntegrityAlarm:
         return (f"{what}: {self.detector} at card {self.card_index} "
                 f"({len(self.cards)} card(s): {shown})")
 
+    def alarm_fields(self) -> dict[str, object]:
+        """The fields of its ``alarm`` event (events.Alarm) besides the envelope and the
+        alarm_id: the preliminary notice is momentary, the final one is held."""
+        return {"code": self.kind, "message": self.message, "card_index": self.card_index,
+                "detector": self.detector, "cards": list(self.cards),
+                "momentary": self.kind == "shoe_order_suspect"}
+
 
 def cusum_p0(detector: str, decks: int) -> float:
     """The chance a fair shuffle gives a hit on the next card (integrity.md section 1)."""
@@ -157,6 +164,13 @@ class IntegrityWatch(BaseModel):
     preliminary: list[str] = Field(default_factory=list)  # detectors that gave notice
     final: list[str] = Field(default_factory=list)  # detectors that raised the alarm
     derived: _Derived | None = Field(default=None, exclude=True, repr=False)
+
+    def __getstate__(self) -> dict[Any, Any]:
+        """Pickled (the engine's rollback checkpoint) without the derived hash sets, which
+        the next card rebuilds: a checkpoint per card stays small."""
+        state = super().__getstate__()
+        state["__dict__"] = {**state["__dict__"], "derived": None}
+        return state
 
     # -- public API ---------------------------------------------------------------------
 
