@@ -365,3 +365,25 @@ def test_cli_text_output(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["analyze", "--table", "ez"]) == 0
     text = capsys.readouterr().out
     assert "dragon7" in text and "1.0183%" in text and "win 40" in text
+
+
+def test_the_engine_settles_the_offered_side_bets_in_every_hand_result(
+        tmp_path: pathlib.Path) -> None:
+    from table import Table
+
+    path = write(tmp_path, "[rules]\ntable_type = 'ez'\n[rules.side_bets.lucky6]\n")
+    rules = load_settings(path).rules
+    table = Table(betting_control="none", table_type=rules.table_type,
+                  paytable=rules.paytable())
+    table.commence("AS", ["2C"])
+    for card in ["KD", "TS", "TD", "6H", "2C", "5S"]:  # burn, then a banker three-card 7
+        table.draw(card)
+    for card in ["KD", "4S", "TD", "5H", "7C"]:  # burn, then a player natural 9
+        table.draw(card)
+    first, second = (r.payouts for r in table.of("hand_result"))
+    assert (first["banker"], first["dragon7"], first["panda8"], first["lucky6"]) == (
+        0.0, 40.0, -1.0, -1.0)
+    assert (second["player"], second["dragon7"], second["panda8"]) == (1.0, -1.0, -1.0)
+    assert set(first) == set(second) == {"banker", "player", "tie", "banker_pair",
+                                         "player_pair", "big", "small", "dragon7", "panda8",
+                                         "lucky6"}
