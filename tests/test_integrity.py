@@ -262,6 +262,7 @@ def test_a_restored_watch_carries_on_exactly(cards: list[str | None], cut: int) 
     got += feed(split, cards[cut:], start=cut + 1)
     assert got == expected
     assert split.model_dump() == straight.model_dump()
+    assert split == straight  # the derived hash sets take no part in equality
     kinds = [(a.kind, a.detector) for a in got]
     assert len(kinds) == len(set(kinds))  # at most one of each per detector per shoe
 
@@ -311,3 +312,13 @@ def test_a_pickled_watch_rebuilds_what_it_derives() -> None:
     again = feed(copy, list(order[:6]), start=15)
     assert again == feed(watch, list(order[:6]), start=15)
     assert finals(again) == [("repeat_previous_shoe", 20)]
+
+
+def test_a_config_section_gives_plain_thresholds() -> None:
+    from shoed.config import IntegritySection
+
+    section = IntegritySection(suited_step_run=7, on_unshuffled="alarm")
+    watch = IntegrityWatch(decks=8, thresholds=section)
+    assert type(watch.thresholds) is IntegrityThresholds
+    assert watch.thresholds.suited_step_run == 7
+    assert IntegrityWatch.model_validate_json(watch.model_dump_json()) == watch

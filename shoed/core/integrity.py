@@ -132,6 +132,12 @@ class _Derived:
         previous = watch.previous_shoe_order
         self.previous = (_grams(previous, m) | _grams(previous[::-1], m)) if m else set()
 
+    def __eq__(self, other: object) -> bool:
+        """Derived data never makes two watches differ (a restored one has none yet)."""
+        return other is None or isinstance(other, _Derived)
+
+    __hash__ = None  # type: ignore[assignment]
+
 
 # indexes into IntegrityWatch.runs
 STEP, UP, DOWN, SUIT, RANK, READ = range(6)
@@ -171,6 +177,14 @@ class IntegrityWatch(BaseModel):
         state = super().__getstate__()
         state["__dict__"] = {**state["__dict__"], "derived": None}
         return state
+
+    @field_validator("thresholds", mode="after")
+    @classmethod
+    def _plain_thresholds(cls, value: IntegrityThresholds) -> IntegrityThresholds:
+        """Keep only the thresholds (a config section may carry more keys)."""
+        if type(value) is IntegrityThresholds:
+            return value
+        return IntegrityThresholds(**{k: getattr(value, k) for k in DETECTORS})
 
     # -- public API ---------------------------------------------------------------------
 
