@@ -303,13 +303,20 @@ def test_bad_values_are_refused_naming_the_key(tmp_path: pathlib.Path, text: str
         load_settings(write(tmp_path, text))
 
 
-def test_integrity_config(tmp_path: pathlib.Path) -> None:
+def test_integrity_config(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = write(tmp_path, "[integrity]\nsuited_step_run = 0\ncusum_rank_step = 20\n"
                            "on_unshuffled = 'alarm'\n")
-    section = load_settings(path).integrity
+    monkeypatch.setenv("SHOED_INTEGRITY__MONOTONE_RUN", "9")
+    monkeypatch.setenv("SHOED_RULES__SIDE_BETS__LUCKY6__PRESET", "12/23")
+    settings = load_settings(path)
+    section = settings.integrity
     assert section.on_unshuffled == "alarm"
     t = section.thresholds()
-    assert (t.suited_step_run, t.cusum_rank_step, t.monotone_run) == (0, 20.0, 8)
+    assert (t.suited_step_run, t.cusum_rank_step, t.monotone_run) == (0, 20.0, 9)
+    lucky6 = settings.rules.paytable().side_bet("lucky6")
+    assert lucky6 is not None and dict(lucky6.pays)["three_cards"] == 23.0
+    monkeypatch.delenv("SHOED_INTEGRITY__MONOTONE_RUN")
+    monkeypatch.delenv("SHOED_RULES__SIDE_BETS__LUCKY6__PRESET")
     assert load_settings(None).integrity.on_unshuffled == "hold"
 
 
