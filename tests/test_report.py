@@ -75,6 +75,7 @@ def test_report_of_a_scripted_shoe() -> None:
     assert body["cards_drawn"] == 20
     assert body["cards_by_position"] == {"commencement": 1, "commencement_burn": 1, "burn": 4,
                                          "hand": 14, "unnecessary": 0, "after_shoe_end": 0}
+    assert sum(body["cards_by_position"].values()) == body["cards_drawn"]
     assert (body["unread"], body["manual_entries"]) == (1, 1)
     assert (body["hands_played"], body["hands_voided"]) == (3, 1)
     assert body["winners"] == {"banker": 1, "player": 1, "tie": 1}
