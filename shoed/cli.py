@@ -83,20 +83,57 @@ def _cmd_schema(args: argparse.Namespace) -> int:
 
 def _cmd_analyze(args: argparse.Namespace) -> int:
     from .core.analyze import analysis
+    from .core.paytable import SIDE_BETS, PayTable, TableType
 
-    result = analysis(args.decks, args.table)
+    table: PayTable | None = None
+    decks: int | None = args.decks
+    table_type: TableType | None = args.table
+    if args.config is not None:
+        from .config import ConfigError, load_settings
+
+        try:
+            rules = load_settings(args.config).rules
+        except ConfigError as error:
+            print(f"shoed: {error}", file=sys.stderr)
+            return 2
+        table_type = table_type or rules.table_type
+        decks = rules.decks if decks is None else decks
+        table = rules.model_copy(update={"table_type": table_type}).paytable()
+    table_type = table_type or "commission"
+    decks = 8 if decks is None else decks
+    side_bets: list[str] | None = None
+    if args.side_bets:
+        side_bets = list(SIDE_BETS) if args.side_bets == "all" else [
+            name.strip() for name in args.side_bets.split(",") if name.strip()]
+        unknown = [name for name in side_bets if name not in SIDE_BETS]
+        if unknown:
+            print(f"shoed: --side-bets: expected 'all' or names from {', '.join(SIDE_BETS)}, "
+                  f"got {', '.join(unknown)}", file=sys.stderr)
+            return 2
+    if not 1 <= decks <= 12:
+        print(f"shoed: --decks: expected 1 to 12, got {decks}", file=sys.stderr)
+        return 2
+    result = analysis(decks, table_type, table, side_bets)
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
     probabilities, edges = result["probabilities"], result["house_edge"]
     assert isinstance(probabilities, dict) and isinstance(edges, dict)
-    print(f"{args.decks} deck(s), {args.table} table: exact, by full enumeration\n")
-    print(f"{'outcome':<14}{'probability':>14}")
+    print(f"{decks} deck(s), {table_type} table: exact, by full enumeration\n")
+    width = max(14, *(len(k) + 2 for k in probabilities))
+    print(f"{'outcome':<{width}}{'probability':>14}")
     for key, value in probabilities.items():
-        print(f"{key:<14}{value:>14.7f}")
-    print(f"\n{'bet':<14}{'house edge':>14}")
+        print(f"{key:<{width}}{value:>14.7f}")
+    print(f"\n{'bet':<{width}}{'house edge':>14}")
     for key, value in edges.items():
-        print(f"{key:<14}{value * 100:>13.4f}%")
+        print(f"{key:<{width}}{value * 100:>13.4f}%")
+    pays = result["side_bets"]
+    assert isinstance(pays, dict)
+    if pays:
+        print("\nside bet pay tables (net units per unit staked; anything else loses)")
+        for name, figures in pays.items():
+            shown = ", ".join(f"{k} {v:g}" for k, v in figures.items())
+            print(f"  {name}: {shown}")
     return 0
 
 
@@ -143,8 +180,14 @@ def build_parser() -> argparse.ArgumentParser:
     schema.set_defaults(func=_cmd_schema)
 
     analyze = sub.add_parser("analyze", help="exact probabilities and house edges")
-    analyze.add_argument("--decks", type=int, default=8)
-    analyze.add_argument("--table", choices=["commission", "super6"], default="commission")
+    analyze.add_argument("--decks", type=int, default=None,
+                         help="1 to 12 (default: the config's rules.decks, else 8)")
+    analyze.add_argument("--table", choices=["commission", "super6", "ez"], default=None,
+                         help="table type (default: the config's, else commission)")
+    analyze.add_argument("--side-bets", default=None, metavar="all|NAME,...",
+                         help="side bets to analyse (default: those the table offers)")
+    analyze.add_argument("--config", type=pathlib.Path, default=None,
+                         help="take the pay table and side bets from this config file")
     analyze.add_argument("--json", action="store_true")
     analyze.set_defaults(func=_cmd_analyze)
 

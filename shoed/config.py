@@ -6,6 +6,7 @@ Environment variables win over the file. Every error names the key and the bad v
 from __future__ import annotations
 
 import csv
+import dataclasses
 import os
 import pathlib
 import stat
@@ -22,7 +23,8 @@ from pydantic_settings import (
 
 from .core.cards import parse_card
 from .core.errors import CardNotationError, ShoedError
-from .core.paytable import PayTable
+from .core.integrity import IntegrityThresholds
+from .core.paytable import EZ_SIDE_BETS, SIDE_BETS, PayTable, SideBet
 
 
 class ConfigError(ShoedError):
@@ -90,17 +92,105 @@ class PayoutsSection(Section):
     pair: float = Field(default=11.0, ge=0, le=1000)
     big: float = Field(default=0.54, ge=0, le=100)
     small: float = Field(default=1.5, ge=0, le=100)
+    #: a banker win with exactly three cards totalling 7 (unset: as banker; ez: 0, a push)
+    banker_three_card_seven: float | None = Field(default=None, ge=0, le=100)
+
+
+# --- side bets: [rules.side_bets.<bet>], a named preset and any figure overridden ------
+
+Pay = Field(default=None, ge=0, le=10_000)
+
+
+class SideBetSection(Section):
+    """A side bet the table offers (present: offered, unless `enabled = false`)."""
+
+    enabled: bool = True
+    preset: str = ""  # each bet narrows this to its own presets
+
+    def figures(self) -> dict[str, float]:
+        return {k: v for k, v in self.model_dump(exclude={"enabled", "preset"}).items()
+                if v is not None}
+
+
+class Dragon7Section(SideBetSection):
+    preset: Literal["standard"] = "standard"
+    win: float | None = Pay
+
+
+class Panda8Section(SideBetSection):
+    preset: Literal["standard"] = "standard"
+    win: float | None = Pay
+
+
+class DragonBonusSection(SideBetSection):
+    preset: Literal["standard"] = "standard"
+    natural_win: float | None = Pay
+    natural_tie: float | None = Pay
+    win_by_9: float | None = Pay
+    win_by_8: float | None = Pay
+    win_by_7: float | None = Pay
+    win_by_6: float | None = Pay
+    win_by_5: float | None = Pay
+    win_by_4: float | None = Pay
+
+
+class Lucky6Section(SideBetSection):
+    preset: Literal["12/20", "12/23"] = "12/20"
+    two_cards: float | None = Pay
+    three_cards: float | None = Pay
+
+
+class PerfectPairSection(SideBetSection):
+    preset: Literal["either_25", "one_25_both_250"] = "either_25"
+    one: float | None = Pay
+    both: float | None = Pay
+
+
+class EitherPairSection(SideBetSection):
+    preset: Literal["standard"] = "standard"
+    win: float | None = Pay
+
+
+class SideBetsSection(Section):
+    dragon7: Dragon7Section | None = None
+    panda8: Panda8Section | None = None
+    dragon_bonus_player: DragonBonusSection | None = None
+    dragon_bonus_banker: DragonBonusSection | None = None
+    lucky6: Lucky6Section | None = None
+    perfect_pair: PerfectPairSection | None = None
+    either_pair: EitherPairSection | None = None
 
 
 class RulesSection(Section):
     decks: int = Field(default=8, ge=1, le=12)
-    table_type: Literal["commission", "super6"] = "commission"
+    table_type: Literal["commission", "super6", "ez"] = "commission"
     unnecessary_cards: Literal["burn_then_player", "burn_then_void"] = "burn_then_player"
     payouts: PayoutsSection = Field(default_factory=PayoutsSection)
+    side_bets: SideBetsSection = Field(default_factory=SideBetsSection)
 
     def paytable(self) -> PayTable:
         figures = self.payouts.model_dump(exclude_none=True)
-        return PayTable.default(self.table_type, **figures)
+        table = PayTable.default(self.table_type, **figures)
+        offered: list[SideBet] = []
+        for bet in SIDE_BETS:
+            section: SideBetSection | None = getattr(self.side_bets, bet)
+            if section is None:
+                if self.table_type == "ez" and bet in EZ_SIDE_BETS:
+                    offered.append(SideBet.preset(bet))  # an EZ table's own side bets
+            elif section.enabled:
+                offered.append(SideBet.preset(bet, section.preset, section.figures()))
+        return dataclasses.replace(table, side_bets=tuple(offered))
+
+
+class IntegritySection(IntegrityThresholds):
+    """[integrity] (integrity.md): one threshold per detector (0 disables it)."""
+
+    #: "hold": shoe_unshuffled holds the game (dealing-rules.md rule 10); "alarm": it
+    #: only raises the alarm, cleared by ack_alarm, void_shoe or the shoe's end
+    on_unshuffled: Literal["hold", "alarm"] = "hold"
+
+    def thresholds(self) -> IntegrityThresholds:
+        return IntegrityThresholds(**self.model_dump(exclude={"on_unshuffled"}))
 
 
 class CardsSection(Section):
@@ -138,6 +228,7 @@ class Settings(BaseSettings):
     rules: RulesSection = Field(default_factory=RulesSection)
     cards: CardsSection = Field(default_factory=CardsSection)
     state: StateSection = Field(default_factory=StateSection)
+    integrity: IntegritySection = Field(default_factory=IntegritySection)
     log: LogSection = Field(default_factory=LogSection)
     roads: RoadsSection = Field(default_factory=RoadsSection)
 

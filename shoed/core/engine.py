@@ -101,7 +101,7 @@ UnnecessaryProfile = Literal["burn_then_player", "burn_then_void"]
 class EngineConfig:
     table_id: str
     decks: int = 8
-    table_type: Literal["commission", "super6"] = "commission"
+    table_type: Literal["commission", "super6", "ez"] = "commission"
     unnecessary_cards: UnnecessaryProfile = "burn_then_player"
     betting_control: BettingControl = "commands"
     paytable: PayTable | None = None

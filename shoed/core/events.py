@@ -124,6 +124,10 @@ class Alarm(EventBase):
     card_index: int | None = None
     fault_code: int | None = None
     momentary: bool = False
+    #: shoe_unshuffled / shoe_order_suspect (integrity.md): the detector and the run or
+    #: repeated sequence (card_index and card of each)
+    detector: str | None = None
+    cards: list[dict[str, Any]] | None = None
 
 
 class SupervisorAction(EventBase):
@@ -134,15 +138,39 @@ class SupervisorAction(EventBase):
     detail: dict[str, Any] = Field(default_factory=dict)
 
 
+class ShoeReport(EventBase):
+    """One per shoe, after `shoe_ended` / `shoe_voided` (integrity.md section 3)."""
+
+    type: Literal["shoe_report"] = "shoe_report"
+    decks: int
+    started: str | None
+    ended: str | None
+    duration_s: float
+    hands_played: int
+    hands_voided: int
+    hands_per_hour: float | None
+    cards_drawn: int
+    cards_by_position: dict[str, int]
+    unread: int
+    manual_entries: int
+    #: card -> how many were drawn (identified cards); "over" lists the cards drawn more
+    #: often than the decks hold
+    composition: dict[str, int | list[str]]
+    alarms: dict[str, int]
+    supervisor_actions: dict[str, int]
+    integrity: list[dict[str, Any]]
+    winners: dict[str, int]
+
+
 Event = Annotated[
     ShoeStarted | Commencement | CardEvent | BettingClosed | HandResultEvent | HandVoided
-    | LastHand | ShoeEnded | ShoeVoided | Procedure | Alarm | SupervisorAction,
+    | LastHand | ShoeEnded | ShoeVoided | Procedure | Alarm | SupervisorAction | ShoeReport,
     Field(discriminator="type"),
 ]
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
 EVENT_TYPES = (
     ShoeStarted, Commencement, CardEvent, BettingClosed, HandResultEvent, HandVoided,
-    LastHand, ShoeEnded, ShoeVoided, Procedure, Alarm, SupervisorAction,
+    LastHand, ShoeEnded, ShoeVoided, Procedure, Alarm, SupervisorAction, ShoeReport,
 )
 
 

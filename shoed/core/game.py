@@ -111,6 +111,47 @@ class HandResult:
     big_small: Literal["big", "small"]
     banker_six: bool
 
+    # -- the facts the side bets need (paytable.py settles them) -------------------------
+
+    @property
+    def player_card_count(self) -> int:
+        return len(self.player_cards)
+
+    @property
+    def banker_card_count(self) -> int:
+        return len(self.banker_cards)
+
+    @property
+    def margin(self) -> int:
+        """The winner's lead in points (0 on a tie)."""
+        return abs(self.player_total - self.banker_total)
+
+    @property
+    def natural(self) -> bool:
+        """Either side had a natural: nobody drew."""
+        return self.player_natural or self.banker_natural
+
+    @property
+    def player_suited_pair(self) -> bool:
+        """Player's first two cards are the same rank and suit (a perfect pair)."""
+        return self.player_cards[0] == self.player_cards[1]
+
+    @property
+    def banker_suited_pair(self) -> bool:
+        return self.banker_cards[0] == self.banker_cards[1]
+
+    @property
+    def banker_three_card_seven(self) -> bool:
+        """Banker wins with exactly three cards totalling 7 (Dragon 7; EZ's push)."""
+        return self.winner == "banker" and self.banker_card_count == 3 \
+            and self.banker_total == 7
+
+    @property
+    def player_three_card_eight(self) -> bool:
+        """Player wins with exactly three cards totalling 8 (Panda 8)."""
+        return self.winner == "player" and self.player_card_count == 3 \
+            and self.player_total == 8
+
 
 def evaluate(cards: list[str]) -> HandResult:
     """Evaluate a complete hand given in draw order. Raises RulesError if incomplete."""
