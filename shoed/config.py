@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import json
 import os
 import pathlib
+import re
 import stat
 import tomllib
 from typing import Any, Literal
@@ -22,6 +24,7 @@ from pydantic_settings import (
 )
 
 from .core.cards import parse_card
+from .core.commands import ROLES, ParseLimits, Role
 from .core.errors import CardNotationError, ShoedError
 from .core.integrity import IntegrityThresholds
 from .core.paytable import EZ_SIDE_BETS, SIDE_BETS, PayTable, SideBet
@@ -206,6 +209,43 @@ class StateSection(Section):
     new_journal: bool = False
 
 
+class AuthSection(Section):
+    """Broker users mapped to roles (mqtt-api.md section 4). Mosquitto's ACL file has no
+    groups, so the mapping lives here; a user not listed gets `default_role`."""
+
+    roles: dict[str, Role] = Field(default_factory=dict)
+    default_role: Role | None = None  # None: a user not listed may only use `whoami`
+    bare_topic_role: Role = "supervisor"  # the sender `anonymous` on `{root}/cmd`
+
+    @field_validator("roles")
+    @classmethod
+    def _users(cls, value: dict[str, Role]) -> dict[str, Role]:
+        for user in value:
+            if not user or any(c in user for c in "+#/") or user == "anonymous":
+                raise ValueError(f"expected broker user names without + # /, got {user!r} "
+                                 f"(roles: {', '.join(ROLES)})")
+        return value
+
+
+class CommandsSection(Section):
+    """Limits on what a command payload may hold (anything beyond is refused)."""
+
+    max_bytes: int = Field(default=16 * 1024, ge=256, le=1024 * 1024)
+    max_string: int = Field(default=1000, ge=16, le=100_000)
+    max_fields: int = Field(default=32, ge=4, le=1000)
+    request_id_memory_h: float = Field(default=24.0, ge=24.0, le=24.0 * 365)
+    # Under MQTT 3.1.1 there is no packet limit in CONNACK: this one is used instead.
+    max_packet_size: int = Field(default=256 * 1024, ge=4096, le=268_435_455)
+
+    def limits(self) -> ParseLimits:
+        return ParseLimits(max_bytes=self.max_bytes, max_string=self.max_string,
+                           max_fields=self.max_fields)
+
+
+class ReplaySection(Section):
+    max_events: int = Field(default=1000, ge=1, le=100_000)  # per `replay` answer
+
+
 class LogSection(Section):
     format: Literal["auto", "json", "console"] = "auto"
     level: Literal["debug", "info", "warning", "error"] = "info"
@@ -231,6 +271,15 @@ class Settings(BaseSettings):
     integrity: IntegritySection = Field(default_factory=IntegritySection)
     log: LogSection = Field(default_factory=LogSection)
     roads: RoadsSection = Field(default_factory=RoadsSection)
+    auth: AuthSection = Field(default_factory=AuthSection)
+    commands: CommandsSection = Field(default_factory=CommandsSection)
+    replay: ReplaySection = Field(default_factory=ReplaySection)
+
+    def role_of(self, sender: str) -> Role | None:
+        """The role of a command's sender (`anonymous`: the bare `{root}/cmd`)."""
+        if sender == "anonymous":
+            return self.auth.bare_topic_role
+        return self.auth.roles.get(sender, self.auth.default_role)
 
     @classmethod
     def settings_customise_sources(
@@ -305,7 +354,8 @@ def dump_toml(sections: dict[str, dict[str, Any]]) -> str:
                 rendered = repr(value)
             else:
                 rendered = '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
-            lines.append(f"{key} = {rendered}")
+            bare = re.fullmatch(r"[A-Za-z0-9_-]+", key)
+            lines.append(f"{key if bare else json.dumps(key)} = {rendered}")
         lines.append("")
     return "\n".join(lines)
 

@@ -141,3 +141,31 @@ def test_world_writable_config_and_readable_password_are_refused(tmp_path: pathl
     assert "hunter2" not in str(caught.value)
     secret.chmod(0o640)
     assert load_settings(path).mqtt.password_file == secret
+
+
+def test_auth_roles_and_command_limits(tmp_path) -> None:
+    from shoed.config import load_settings, write_config
+
+    path = write_config(tmp_path / "c.toml", {
+        "auth.roles": {"anna": "supervisor", "gs1": "game_server", "audit": "auditor"},
+        "commands": {"max_string": 200}, "replay": {"max_events": 50}})
+    settings = load_settings(path)
+    assert settings.role_of("anna") == "supervisor"
+    assert settings.role_of("gs1") == "game_server"
+    assert settings.role_of("nobody") is None
+    assert settings.role_of("anonymous") == "supervisor"
+    assert settings.commands.limits().max_string == 200
+    assert settings.replay.max_events == 50
+
+
+def test_auth_refuses_unknown_roles_and_wildcard_users(tmp_path) -> None:
+    import pytest
+
+    from shoed.config import ConfigError, load_settings, write_config
+
+    bad = write_config(tmp_path / "b.toml", {"auth.roles": {"anna": "boss"}})
+    with pytest.raises(ConfigError, match=r"auth\.roles\.anna.*boss"):
+        load_settings(bad)
+    wild = write_config(tmp_path / "w.toml", {"auth.roles": {"a+b": "auditor"}})
+    with pytest.raises(ConfigError, match="a\\+b"):
+        load_settings(wild)

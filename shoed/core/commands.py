@@ -3,12 +3,23 @@
 :func:`parse_command` turns raw bytes into a command or a :class:`CommandRejection`
 naming the problem (`invalid_json`, `invalid_command`, `unknown_command`). It never
 raises, whatever the payload: huge, deeply nested, wrong types.
+
+Ambiguity is refused, not resolved (docs/decisions.md, "Commands"): a key given twice,
+NaN or Infinity, an integer outside the range every JSON reader holds exactly
+(|n| <= 2**53 - 1, RFC 7493), a string longer than :attr:`ParseLimits.max_string`, more
+than :attr:`ParseLimits.max_fields` keys in an object, a top level that is not an object.
+
+Roles (section 4) are data: :data:`ROLE_COMMANDS` maps each role to the commands it may
+send; :func:`fingerprint` is what makes a repeated (sender, request_id) the *same* command.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-from typing import Annotated, Any, Literal
+import math
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     BaseModel,
@@ -23,6 +34,20 @@ from pydantic import (
 
 MAX_COMMAND_BYTES = 16 * 1024
 MAX_NESTING = 32
+MAX_SAFE_INTEGER = 2**53 - 1  # beyond it, JSON readers in other languages round (RFC 7493)
+
+
+@dataclass(frozen=True, slots=True)
+class ParseLimits:
+    """What a command payload may hold; `[commands]` in the configuration sets them."""
+
+    max_bytes: int = MAX_COMMAND_BYTES
+    max_nesting: int = MAX_NESTING
+    max_string: int = 1000  # characters in any string, keys included
+    max_fields: int = 32  # keys in any one object
+
+
+DEFAULT_LIMITS = ParseLimits()
 
 
 class CommandBase(BaseModel):
@@ -90,20 +115,75 @@ class Recall(CommandBase):
 
 class Replay(CommandBase):
     command: Literal["replay"]
-    from_seq: StrictInt = Field(ge=1)
-    to_seq: StrictInt | None = Field(default=None, ge=1)
+    from_seq: StrictInt = Field(ge=1, le=MAX_SAFE_INTEGER)
+    to_seq: StrictInt | None = Field(default=None, ge=1, le=MAX_SAFE_INTEGER)
 
 
+class Roads(CommandBase):
+    """The current scoreboard (roads.md section 7); read-only, every role."""
+
+    command: Literal["roads"]
+
+
+class AckAlarm(CommandBase):
+    """Acknowledge a held alarm that no rule resolves by itself (integrity.md section 2)."""
+
+    command: Literal["ack_alarm"]
+    alarm_id: StrictStr = Field(min_length=1, max_length=200)
+
+
+class Whoami(CommandBase):
+    """Who the daemon takes the sender for: `authenticated_as`, `role`, `commands`."""
+
+    command: Literal["whoami"]
+
+
+COMMAND_CLASSES: tuple[type[CommandBase], ...] = (
+    NewShoe, CloseBetting, ManualCard, Resume, VoidHand, VoidShoe, EndShoe, Realign,
+    CutCardCommand, ReportMisorder, Recall, Replay, Roads, AckAlarm, Whoami)
 Command = Annotated[
     NewShoe | CloseBetting | ManualCard | Resume | VoidHand | VoidShoe | EndShoe | Realign
-    | CutCardCommand | ReportMisorder | Recall | Replay,
+    | CutCardCommand | ReportMisorder | Recall | Replay | Roads | AckAlarm | Whoami,
     Field(discriminator="command"),
 ]
 COMMAND_ADAPTER: TypeAdapter[Command] = TypeAdapter(Command)
-COMMAND_NAMES = frozenset(
-    cls.model_fields["command"].annotation.__args__[0]  # type: ignore[union-attr]
-    for cls in (NewShoe, CloseBetting, ManualCard, Resume, VoidHand, VoidShoe, EndShoe,
-                Realign, CutCardCommand, ReportMisorder, Recall, Replay)
+
+
+def _command_name(cls: type[CommandBase]) -> str:
+    name: str = get_args(cls.model_fields["command"].annotation)[0]
+    return name
+
+
+COMMAND_NAMES = frozenset(_command_name(cls) for cls in COMMAND_CLASSES)
+# Commands that change nothing: no journalled input, no `supervisor_action`.
+READ_ONLY_COMMANDS = frozenset({"recall", "replay", "roads", "whoami"})
+
+# Roles (mqtt-api.md section 4). Brokers' ACL files have no groups: users are mapped to
+# these roles in the daemon's configuration (`[auth]`).
+Role = Literal["supervisor", "game_server", "auditor"]
+ROLES: tuple[Role, ...] = get_args(Role)
+ROLE_COMMANDS: dict[Role, frozenset[str]] = {
+    "supervisor": COMMAND_NAMES,
+    "game_server": frozenset({"close_betting", "recall", "roads", "whoami"}),
+    "auditor": frozenset({"recall", "replay", "roads", "whoami"}),
+}
+assert all(commands <= COMMAND_NAMES for commands in ROLE_COMMANDS.values())
+ANONYMOUS = "anonymous"  # the sender on the bare `{root}/cmd`
+
+
+def role_allows(role: Role, command: str) -> bool:
+    return command in ROLE_COMMANDS[role]
+
+
+# Every `error.code` an answer can carry (the contract's enum).
+ERROR_CODES: tuple[str, ...] = (
+    "invalid_json", "invalid_command", "unknown_command", "forbidden",
+    "request_id_conflict", "retained_command_ignored", "expired", "too_large",
+    "internal_error", "storage_failed", "out_of_range",
+    # the engine's refusals (section 4)
+    "shoe_in_play", "betting_control_none", "not_between_hands", "wrong_hand", "shoe_ended",
+    "unknown_card", "hand_resolved", "bad_card", "not_held", "card_unknown", "unknown_hand",
+    "already_voided", "no_shoe", "unknown_alarm", "not_ackable",
 )
 
 
@@ -115,6 +195,14 @@ class CommandRejection(BaseModel):
     request_id: str | None
     code: Literal["invalid_json", "invalid_command", "unknown_command"]
     message: str
+    command: str | None = None  # echoed when it could be read
+
+
+def fingerprint(command: CommandBase) -> str:
+    """The command's identity for (sender, request_id) memory: its validated fields in a
+    canonical form, so spacing or key order do not make a repeat look different."""
+    body = json.dumps(command.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(body.encode()).hexdigest()[:32]
 
 
 def _describe(error: ValidationError) -> str:
@@ -147,12 +235,65 @@ def nesting_depth(text: str) -> int:
     return deepest
 
 
-def parse_command(payload: bytes | str) -> Command | CommandRejection:
+class _Ambiguous(ValueError):
+    """Raised from inside json.loads' hooks: the payload has no single meaning."""
+
+
+def _reader(limits: ParseLimits) -> json.JSONDecoder:
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        if len(items) > limits.max_fields:
+            raise _Ambiguous(f"expected at most {limits.max_fields} fields in an object, "
+                             f"got {len(items)}")
+        out: dict[str, Any] = {}
+        for key, item in items:
+            if key in out:
+                raise _Ambiguous(f"key {key[:60]!r} given twice")
+            out[key] = item
+        return out
+
+    def constant(name: str) -> Any:
+        raise _Ambiguous(f"{name} is not a JSON number")
+
+    def integer(text: str) -> int:
+        number = int(text)
+        if abs(number) > MAX_SAFE_INTEGER:
+            raise _Ambiguous(f"integer {text[:30]} is beyond 2**53 - 1 (it would not be read "
+                             "exactly by every JSON reader)")
+        return number
+
+    def real(text: str) -> float:
+        number = float(text)
+        if not math.isfinite(number):
+            raise _Ambiguous(f"number {text[:30]} is out of range")
+        return number
+
+    return json.JSONDecoder(object_pairs_hook=pairs, parse_constant=constant,
+                            parse_int=integer, parse_float=real)
+
+
+def _long_string(data: Any, limit: int) -> str | None:
+    """The first string (key or value) longer than `limit`, shortened, or None."""
+    stack = [data]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if len(item) > limit:
+                return item[:20]
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return None
+
+
+def parse_command(payload: bytes | str,
+                  limits: ParseLimits = DEFAULT_LIMITS) -> Command | CommandRejection:
     """Validate one command payload. Never raises."""
-    if len(payload) > MAX_COMMAND_BYTES:
+    if len(payload) > limits.max_bytes:
         return CommandRejection(
             request_id=None, code="invalid_json",
-            message=f"expected at most {MAX_COMMAND_BYTES} bytes, got {len(payload)}",
+            message=f"expected at most {limits.max_bytes} bytes, got {len(payload)}",
         )
     try:
         text = payload.decode("utf-8") if isinstance(payload, bytes) else payload
@@ -161,14 +302,17 @@ def parse_command(payload: bytes | str) -> Command | CommandRejection:
                                 message=f"expected UTF-8, got byte 0x{payload[error.start]:02x} "
                                         f"at offset {error.start}")
     depth = nesting_depth(text)
-    if depth > MAX_NESTING:
+    if depth > limits.max_nesting:
         # Refused before parsing: deep nesting would reach the interpreter's recursion
         # limit inside json/pydantic, which a hostile client must not be able to do.
         return CommandRejection(request_id=None, code="invalid_json",
-                                message=f"expected JSON nested at most {MAX_NESTING} deep, "
-                                        f"got {depth}")
+                                message=f"expected JSON nested at most {limits.max_nesting} "
+                                        f"deep, got {depth}")
     try:
-        data: Any = json.loads(text)
+        data: Any = _reader(limits).decode(text)
+    except _Ambiguous as error:
+        return CommandRejection(request_id=None, code="invalid_json",
+                                message=f"ambiguous JSON: {error}")
     except (ValueError, RecursionError) as error:
         return CommandRejection(request_id=None, code="invalid_json",
                                 message=f"not valid JSON: {str(error)[:200]}")
@@ -178,6 +322,11 @@ def parse_command(payload: bytes | str) -> Command | CommandRejection:
     raw_id = data.get("request_id")
     request_id = raw_id if isinstance(raw_id, str) and 0 < len(raw_id) <= 200 else None
     name = data.get("command")
+    echoed = name if isinstance(name, str) and name in COMMAND_NAMES else None
+    if (long := _long_string(data, limits.max_string)) is not None:
+        return CommandRejection(request_id=request_id, code="invalid_command", command=echoed,
+                                message=f"expected strings of at most {limits.max_string} "
+                                        f"characters, got one starting {long!r}")
     if not isinstance(name, str):
         return CommandRejection(request_id=request_id, code="invalid_command",
                                 message="command: expected a string naming the command, "
@@ -190,8 +339,8 @@ def parse_command(payload: bytes | str) -> Command | CommandRejection:
     try:
         return COMMAND_ADAPTER.validate_python(data)
     except ValidationError as error:
-        return CommandRejection(request_id=request_id, code="invalid_command",
+        return CommandRejection(request_id=request_id, code="invalid_command", command=name,
                                 message=_describe(error))
     except RecursionError:
-        return CommandRejection(request_id=request_id, code="invalid_command",
+        return CommandRejection(request_id=request_id, code="invalid_command", command=name,
                                 message="payload nested too deeply")

@@ -1,0 +1,118 @@
+"""Ambiguous command payloads are refused, naming the problem (mqtt-api.md section 4)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from shoed.core.commands import (
+    COMMAND_NAMES,
+    MAX_SAFE_INTEGER,
+    READ_ONLY_COMMANDS,
+    ROLE_COMMANDS,
+    CommandRejection,
+    ParseLimits,
+    fingerprint,
+    parse_command,
+    role_allows,
+)
+
+BASE = '"request_id": "r1", "operator": "sup1"'
+
+
+def rejected(payload: str | bytes, limits: ParseLimits | None = None) -> CommandRejection:
+    result = parse_command(payload) if limits is None else parse_command(payload, limits)
+    assert isinstance(result, CommandRejection), result
+    return result
+
+
+def test_duplicate_key_is_refused_not_last_wins() -> None:
+    r = rejected('{' + BASE + ', "command": "recall", "command": "void_shoe", "reason": "x"}')
+    assert r.code == "invalid_json" and "'command' given twice" in r.message
+    nested = rejected('{' + BASE + ', "command": "recall", "x": {"a": 1, "a": 2}}')
+    assert "'a' given twice" in nested.message
+
+
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+def test_nan_and_infinity_are_refused(constant: str) -> None:
+    r = rejected('{' + BASE + f', "command": "recall", "hands": {constant}}}')
+    assert r.code == "invalid_json" and constant.lstrip("-") in r.message
+
+
+def test_a_float_overflowing_to_infinity_is_refused() -> None:
+    r = rejected('{' + BASE + ', "command": "recall", "x": 1e999}')
+    assert "out of range" in r.message
+
+
+def test_integers_beyond_2_pow_53_are_refused() -> None:
+    for n in (2**53, 2**63, -(2**63), 10**400):
+        r = rejected('{' + BASE + f', "command": "replay", "from_seq": 1, "to_seq": {n}}}')
+        assert r.code == "invalid_json" and "2**53" in r.message
+    ok = parse_command('{' + BASE + f', "command": "replay", "from_seq": {MAX_SAFE_INTEGER}}}')
+    assert not isinstance(ok, CommandRejection) and ok.command == "replay"
+
+
+def test_long_strings_and_many_fields() -> None:
+    limits = ParseLimits(max_string=50, max_fields=6)
+    r = rejected(json.dumps({"request_id": "r", "operator": "o", "command": "void_shoe",
+                             "reason": "x" * 51}), limits)
+    assert r.code == "invalid_command" and "at most 50 characters" in r.message
+    assert r.request_id == "r" and r.command == "void_shoe"
+    long_key = rejected(json.dumps({"request_id": "r", "operator": "o", "command": "resume",
+                                    "k" * 60: 1}), limits)
+    assert "at most 50 characters" in long_key.message
+    many = {"request_id": "r", "operator": "o", "command": "resume",
+            **{f"f{i}": i for i in range(4)}}
+    r = rejected(json.dumps(many), limits)
+    assert r.code == "invalid_json" and "at most 6 fields" in r.message and "got 7" in r.message
+    assert not isinstance(parse_command(json.dumps({**many, "f3": None} | {}), ParseLimits(
+        max_fields=7)), CommandRejection)
+
+
+@pytest.mark.parametrize("payload", ["[]", '"resume"', "3", "null", "true"])
+def test_top_level_must_be_an_object(payload: str) -> None:
+    assert rejected(payload).code == "invalid_command"
+
+
+def test_new_commands_parse() -> None:
+    for body in ({"command": "roads"}, {"command": "whoami"},
+                 {"command": "ack_alarm", "alarm_id": "T01-i1-A3"}):
+        parsed = parse_command(json.dumps({"request_id": "r", "operator": "o", **body}))
+        assert not isinstance(parsed, CommandRejection) and parsed.command == body["command"]
+    assert rejected(json.dumps({"request_id": "r", "operator": "o",
+                                "command": "ack_alarm"})).command == "ack_alarm"
+
+
+def test_roles_follow_the_spec() -> None:
+    assert ROLE_COMMANDS["supervisor"] == COMMAND_NAMES
+    assert ROLE_COMMANDS["game_server"] == {"close_betting", "recall", "roads", "whoami"}
+    assert ROLE_COMMANDS["auditor"] == {"recall", "replay", "roads", "whoami"}
+    assert not role_allows("game_server", "void_hand")
+    assert role_allows("auditor", "replay") and not role_allows("auditor", "resume")
+    assert READ_ONLY_COMMANDS <= COMMAND_NAMES
+
+
+def test_fingerprint_ignores_spacing_and_order_but_not_content() -> None:
+    a = parse_command('{"request_id":"r","operator":"o","command":"void_hand","hand_no":3,'
+                      '"reason":"x"}')
+    b = parse_command('{ "reason" : "x", "hand_no": 3, "command": "void_hand", "operator": "o",'
+                      ' "request_id": "r" }')
+    c = parse_command('{"request_id":"r","operator":"o","command":"void_hand","hand_no":4,'
+                      '"reason":"x"}')
+    assert not isinstance(a, CommandRejection) and not isinstance(b, CommandRejection)
+    assert not isinstance(c, CommandRejection)
+    assert fingerprint(a) == fingerprint(b) != fingerprint(c)
+
+
+@given(st.dictionaries(st.text(max_size=8), st.integers(), min_size=1, max_size=5),
+       st.data())
+def test_any_repeated_key_is_refused(fields: dict[str, int], data: st.DataObject) -> None:
+    key = data.draw(st.sampled_from(sorted(fields)))
+    text = json.dumps({"request_id": "r", "operator": "o", "command": "resume", **fields})
+    doubled = text[:-1] + f", {json.dumps(key)}: 0}}"
+    result = parse_command(doubled)
+    assert isinstance(result, CommandRejection)
+    assert result.code == "invalid_json"
