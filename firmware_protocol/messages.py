@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from .errors import EncodeError, PayloadError
+from .errors import NakReason as NakReason  # NAK's reason byte; defined beside FrameError
 
 # --- enums and flags -----------------------------------------------------------------
 
@@ -30,12 +31,6 @@ class HeartbeatStatus(enum.IntFlag):
     CARDS_PRESENT = 1 << 0
     GATE_LOCKED = 1 << 1
     COVER_OPEN = 1 << 2
-
-
-class NakReason(enum.IntEnum):
-    CRC_ERROR = 1
-    MALFORMED = 2
-    UNSUPPORTED = 3
 
 
 class FaultCode(enum.IntEnum):
