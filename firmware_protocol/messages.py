@@ -42,6 +42,17 @@ class FaultCode(enum.IntEnum):
     BUFFER_FULL = 6
 
 
+#: What each fault is called in alarms (spec section 4's FAULT table).
+FAULT_NAMES: dict[int, str] = {
+    FaultCode.SENSOR_DIRTY: "sensor dirty",
+    FaultCode.CARD_JAM: "card jam",
+    FaultCode.COVER_OPEN: "cover open (tamper)",
+    FaultCode.READER_FAILURE: "reader failure",
+    FaultCode.LOW_VOLTAGE: "low voltage",
+    FaultCode.BUFFER_FULL: "buffer full",
+}
+
+
 class IndicatorPattern(enum.IntEnum):
     OFF = 0
     BURN = 1

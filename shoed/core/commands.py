@@ -8,7 +8,7 @@ raises, whatever the payload: huge, deeply nested, wrong types.
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     BaseModel,
@@ -100,11 +100,19 @@ Command = Annotated[
     Field(discriminator="command"),
 ]
 COMMAND_ADAPTER: TypeAdapter[Command] = TypeAdapter(Command)
-COMMAND_NAMES = frozenset(
-    cls.model_fields["command"].annotation.__args__[0]  # type: ignore[union-attr]
-    for cls in (NewShoe, CloseBetting, ManualCard, Resume, VoidHand, VoidShoe, EndShoe,
-                Realign, CutCardCommand, ReportMisorder, Recall, Replay)
-)
+#: The command classes, as the Command union lists them.
+COMMAND_CLASSES: tuple[type[CommandBase], ...] = get_args(get_args(Command)[0])
+
+
+def command_name(cls: type[CommandBase]) -> str:
+    """The `command` value a command class accepts (its Literal)."""
+    name: str = get_args(cls.model_fields["command"].annotation)[0]
+    return name
+
+
+COMMAND_NAMES = frozenset(command_name(cls) for cls in COMMAND_CLASSES)
+#: Commands that only read: answered, never recorded as a supervisor_action.
+READ_ONLY_COMMANDS = frozenset({command_name(Recall), command_name(Replay)})
 
 
 class CommandRejection(BaseModel):
