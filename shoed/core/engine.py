@@ -500,7 +500,7 @@ class Engine:
             self._state.jam_since_mono = None
             self._flush_pull_incomplete("the device rebooted")
             shoe = self._state.shoe
-            if shoe is not None and shoe.phase in ("commencement", "between_hands", "dealing"):
+            if shoe is not None and shoe.phase not in FINISHED_PHASES:
                 self._hold_or_notice("device_rebooted",
                                      "the shoe rebooted: frames pending in it were lost")
             else:
