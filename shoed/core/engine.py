@@ -85,6 +85,7 @@ from .state import (
     ShoeState,
 )
 from .view import (
+    Hold,
     active_holds,
     gate_locked,
     hand_complete,
@@ -403,12 +404,13 @@ class Engine:
 
     def _alarm_raise(self, key: str, code: str, message: str, card_index: int | None = None,
                      fault_code: int | None = None) -> None:
-        if any(a.key == key for a in self._state.alarms):
+        state = self._state
+        if any(a.key == key for a in state.alarms):
             return
-        self._state.alarm_counter += 1
-        alarm_id = f"{self.config.table_id}-{self._state.instance_id}-A{self._state.alarm_counter}"
-        self._state.alarms.append(AlarmState(alarm_id=alarm_id, code=code, since=iso(self._at),
-                                        key=key, card_index=card_index, fault_code=fault_code))
+        state.alarm_counter += 1
+        alarm_id = f"{self.config.table_id}-{state.instance_id}-A{state.alarm_counter}"
+        state.alarms.append(AlarmState(alarm_id=alarm_id, code=code, since=iso(self._at),
+                                       key=key, card_index=card_index, fault_code=fault_code))
         self._emit(ev.Alarm, alarm_id=alarm_id, code=code, active=True, message=message,
                    card_index=card_index, fault_code=fault_code)
 
@@ -421,14 +423,14 @@ class Engine:
                            fault_code=alarm.fault_code)
 
     def _alarm_momentary(self, code: str, message: str, card_index: int | None = None) -> None:
-        self._state.alarm_counter += 1
-        alarm_id = f"{self.config.table_id}-{self._state.instance_id}-A{self._state.alarm_counter}"
+        state = self._state
+        state.alarm_counter += 1
+        alarm_id = f"{self.config.table_id}-{state.instance_id}-A{state.alarm_counter}"
         self._emit(ev.Alarm, alarm_id=alarm_id, code=code, active=True, message=message,
                    card_index=card_index, momentary=True)
 
     @staticmethod
-    def _hold_alarm_wanted(detail: list[tuple[str, CardRec | None]]
-                           ) -> dict[str, tuple[str, int | None, str]]:
+    def _hold_alarm_wanted(detail: list[Hold]) -> dict[str, tuple[str, int | None, str]]:
         wanted: dict[str, tuple[str, int | None, str]] = {}
         for reason, card in detail:
             if reason == "cover_open":
