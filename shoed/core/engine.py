@@ -581,12 +581,16 @@ class Engine:
                 f"{pull.pull_id} was complete")
             pull = None
         if pull is None:
-            pull = PullBuffer(pull_id=pid, size=size, last_at=item.at)
+            if size == 1:  # most pulls: complete at once, no buffer needed
+                self._apply_pull([entry], complete=True)
+                return
+            pull = PullBuffer(pull_id=pid, size=size, last_at=item.at, last_mono=item.mono)
             self._state.pull = pull
+        else:
+            pull.last_at = item.at
+            pull.last_mono = item.mono
+            pull.paused = 0.0
         pull.items.append(entry)
-        pull.last_at = item.at
-        pull.last_mono = item.mono
-        pull.paused = 0.0
         if len(pull.items) == pull.size:
             self._state.pull = None
             self._apply_pull(pull.items, complete=True)
