@@ -11,6 +11,7 @@ from .errors import (
     EncodeError,
     FrameError,
     LinkError,
+    NakReason,
     PayloadError,
     ProtocolError,
 )
@@ -47,7 +48,6 @@ from .messages import (
     Malformed,
     Message,
     Nak,
-    NakReason,
     OpticalCode,
     RfidCode,
     SetGate,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from .errors import FrameError
+from .errors import FrameError, NakReason
 from .framing import MAX_ENCODED, RawFrame, UnsupportedFrame, parse_frame
 from .messages import KNOWN_TYPES
 
@@ -23,7 +23,7 @@ class Discarded:
 
     reason: str
     detail: str
-    nak_reason: int | None
+    nak_reason: NakReason | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +75,8 @@ class StreamDecoder:
             self._buffer.clear()
             self._overflowing = True
             self._discard(
-                results, "oversize", f"more than {MAX_ENCODED} bytes without a delimiter", 2
+                results, "oversize", f"more than {MAX_ENCODED} bytes without a delimiter",
+                NakReason.MALFORMED,
             )
             return
         self._buffer += piece
@@ -96,12 +97,13 @@ class StreamDecoder:
             results.append(Unsupported(error.seq, error.version, error.type_code, str(error)))
             return
         except FrameError as error:
-            reason = "crc" if error.nak_reason == 1 else "malformed"
+            reason = "crc" if error.nak_reason is NakReason.CRC_ERROR else "malformed"
             self._discard(results, reason, str(error), error.nak_reason)
             return
         self.frames += 1
         results.append(frame)
 
-    def _discard(self, results: list[DecodeResult], reason: str, detail: str, nak: int) -> None:
+    def _discard(self, results: list[DecodeResult], reason: str, detail: str,
+                 nak: NakReason) -> None:
         self.discards[reason] += 1
         results.append(Discarded(reason, detail, nak))

@@ -7,6 +7,16 @@ discards, NAKs and events. They surface only from explicit encode/decode calls.
 
 from __future__ import annotations
 
+import enum
+
+
+class NakReason(enum.IntEnum):
+    """The reason byte of a NAK (spec section 3): what a refused frame is answered with."""
+
+    CRC_ERROR = 1
+    MALFORMED = 2
+    UNSUPPORTED = 3
+
 
 class ProtocolError(Exception):
     """Base of every error raised by firmware_protocol."""
@@ -15,7 +25,7 @@ class ProtocolError(Exception):
 class FrameError(ProtocolError):
     """A frame that cannot be accepted; `nak_reason` is what the receiver answers."""
 
-    def __init__(self, message: str, nak_reason: int) -> None:
+    def __init__(self, message: str, nak_reason: NakReason) -> None:
         super().__init__(message)
         self.nak_reason = nak_reason
 
@@ -24,7 +34,7 @@ class CobsError(FrameError):
     """The COBS encoding is broken (a code byte runs past the end, a zero inside)."""
 
     def __init__(self, message: str) -> None:
-        super().__init__(message, nak_reason=2)
+        super().__init__(message, nak_reason=NakReason.MALFORMED)
 
 
 class PayloadError(ProtocolError):

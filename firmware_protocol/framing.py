@@ -11,7 +11,7 @@ import binascii
 import struct
 from dataclasses import dataclass
 
-from .errors import CobsError, EncodeError, FrameError
+from .errors import CobsError, EncodeError, FrameError, NakReason
 
 PROTOCOL_VERSION = 1
 HEADER = struct.Struct("<BBHH")
@@ -21,10 +21,6 @@ MIN_FRAME = HEADER_SIZE + CRC_SIZE  # 8
 MAX_PAYLOAD = 255
 MAX_ENCODED = 300
 DELIMITER = b"\x00"
-
-NAK_CRC = 1
-NAK_MALFORMED = 2
-NAK_UNSUPPORTED = 3
 
 
 def crc16(data: bytes) -> int:
@@ -116,30 +112,30 @@ def parse_frame(chunk: bytes, known_types: frozenset[int] | None = None) -> RawF
     if len(chunk) > MAX_ENCODED:
         raise FrameError(
             f"expected an encoded frame of at most {MAX_ENCODED} bytes, got {len(chunk)}",
-            NAK_MALFORMED,
+            NakReason.MALFORMED,
         )
     decoded = cobs_decode(chunk)
     if len(decoded) < MIN_FRAME:
         raise FrameError(
             f"expected a decoded frame of at least {MIN_FRAME} bytes, got {len(decoded)}",
-            NAK_MALFORMED,
+            NakReason.MALFORMED,
         )
     version, type_code, seq, length = HEADER.unpack_from(decoded)
     if len(decoded) != MIN_FRAME + length:
         raise FrameError(
             f"expected {MIN_FRAME + length} bytes for payload length {length}, "
             f"got {len(decoded)}",
-            NAK_MALFORMED,
+            NakReason.MALFORMED,
         )
     if length > MAX_PAYLOAD:
         raise FrameError(
-            f"expected a payload of at most {MAX_PAYLOAD} bytes, got {length}", NAK_MALFORMED
+            f"expected a payload of at most {MAX_PAYLOAD} bytes, got {length}", NakReason.MALFORMED
         )
     (received_crc,) = struct.unpack_from("<H", decoded, HEADER_SIZE + length)
     computed = crc16(decoded[: HEADER_SIZE + length])
     if received_crc != computed:
         raise FrameError(
-            f"expected CRC 0x{computed:04x}, got 0x{received_crc:04x}", NAK_CRC
+            f"expected CRC 0x{computed:04x}, got 0x{received_crc:04x}", NakReason.CRC_ERROR
         )
     if version != PROTOCOL_VERSION:
         raise UnsupportedFrame(
@@ -156,7 +152,7 @@ class UnsupportedFrame(FrameError):
     """Good CRC, but a version or type this side does not know (NAK reason 3)."""
 
     def __init__(self, message: str, seq: int, version: int, type_code: int) -> None:
-        super().__init__(message, NAK_UNSUPPORTED)
+        super().__init__(message, NakReason.UNSUPPORTED)
         self.seq = seq
         self.version = version
         self.type_code = type_code

@@ -8,8 +8,8 @@ Invariants:
 - at most one own frame is in flight (stop-and-wait); the next one goes out only after
   the ACK whose `acked_seq` equals the in-flight `seq`;
 - own `seq` starts at 0 and wraps 65535 -> 0; ACK/NAK carry seq 0 and are never queued;
-- a retransmission is the same bytes: every 250 ms for 2 s, then every 1 s; a NAK 1/2
-  retransmits at once at most 3 times per frame, a NAK 3 drops the frame;
+- a retransmission is the same bytes: every 250 ms for 2 s, then every 1 s; a NAK CRC_ERROR or
+  MALFORMED retransmits at once at most 3 times per frame, a NAK UNSUPPORTED drops the frame;
 - host role: a device frame is delivered once. It is ACKed only when the caller says its
   effect is durable (:meth:`Link.ack`, in delivery order); a copy arriving before that
   gets no ACK, a copy of the last accepted frame of the same boot is ACKed again and
@@ -25,7 +25,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from .decoder import Discarded, StreamDecoder, Unsupported
-from .errors import BufferFull, LinkError
+from .errors import BufferFull, LinkError, NakReason
 from .framing import build_frame
 from .messages import (
     DEVICE_TO_HOST,
@@ -45,6 +45,8 @@ RETRY_FAST_S = 0.25
 FAST_PHASE_S = 2.0
 RETRY_SLOW_S = 1.0
 NAK_RETRIES = 3
+#: A NAK for these asks for the same bytes again; UNSUPPORTED drops the frame.
+RETRY_REASONS = frozenset({NakReason.CRC_ERROR, NakReason.MALFORMED})
 LIVENESS_S = 5.0
 DEVICE_BUFFER = 64
 
@@ -295,7 +297,7 @@ class Link:
                 self._events.append(FrameRejected(result.reason, result.detail))
             elif isinstance(result, Unsupported):
                 self._valid(now)
-                self._control(Nak(3))
+                self._control(Nak(NakReason.UNSUPPORTED))
                 if self.role is Role.HOST:
                     # Its seq counts as accepted so the next frame shows no gap.
                     self._dedup = DedupState(self._dedup.boot_id, result.seq)
@@ -348,10 +350,10 @@ class Link:
                 self._events.append(Delivered(flight.seq, flight.message))
                 self._transmit_next(now)
         elif isinstance(message, Nak) and flight is not None:
-            if message.reason in (1, 2) and flight.nak_retries < NAK_RETRIES:
+            if message.reason in RETRY_REASONS and flight.nak_retries < NAK_RETRIES:
                 flight.nak_retries += 1
                 self._retransmit(flight, now)
-            elif message.reason == 3:
+            elif message.reason == NakReason.UNSUPPORTED:
                 self._in_flight = None
                 self._events.append(Dropped(flight.seq, flight.message))
                 self._transmit_next(now)

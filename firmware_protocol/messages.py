@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from .errors import EncodeError, PayloadError
+from .errors import NakReason as NakReason  # NAK's reason byte; defined beside FrameError
 
 # --- enums and flags -----------------------------------------------------------------
 
@@ -32,12 +33,6 @@ class HeartbeatStatus(enum.IntFlag):
     COVER_OPEN = 1 << 2
 
 
-class NakReason(enum.IntEnum):
-    CRC_ERROR = 1
-    MALFORMED = 2
-    UNSUPPORTED = 3
-
-
 class FaultCode(enum.IntEnum):
     SENSOR_DIRTY = 1
     CARD_JAM = 2
@@ -45,6 +40,17 @@ class FaultCode(enum.IntEnum):
     READER_FAILURE = 4
     LOW_VOLTAGE = 5
     BUFFER_FULL = 6
+
+
+#: What each fault is called in alarms (spec section 4's FAULT table).
+FAULT_NAMES: dict[int, str] = {
+    FaultCode.SENSOR_DIRTY: "sensor dirty",
+    FaultCode.CARD_JAM: "card jam",
+    FaultCode.COVER_OPEN: "cover open (tamper)",
+    FaultCode.READER_FAILURE: "reader failure",
+    FaultCode.LOW_VOLTAGE: "low voltage",
+    FaultCode.BUFFER_FULL: "buffer full",
+}
 
 
 class IndicatorPattern(enum.IntEnum):

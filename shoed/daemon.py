@@ -56,7 +56,8 @@ from .aio import wait_event
 from .clock import clock_synchronised
 from .config import Settings, load_manifest
 from .core.commands import Command, CommandRejection, Replay, parse_command
-from .core.engine import DeviceRequest, Engine, EngineConfig, Output
+from .core.config import EngineConfig
+from .core.engine import DeviceRequest, Engine, Output
 from .core.inputs import (
     INPUT_ADAPTER,
     CommandInput,
@@ -283,7 +284,7 @@ class Daemon:
                 written = self._write_effects_in_transaction()
         except StorageError:
             if rollback is not None:
-                engine.s = rollback()
+                engine.roll_back(rollback)
             del self._unwritten[before[0]:]
             del self._fresh[before[1]:]  # not handed over: the publisher runs only after us
             self._inputs_since_snapshot, self._last_applied_input = before[2:]
@@ -456,7 +457,7 @@ class Daemon:
 
     def _lock_gate_directly(self) -> None:
         engine, link = self.engine, self.link
-        caps = engine.s.device.capabilities if engine else None
+        caps = engine.state.device.capabilities if engine else None
         if link is not None and caps is not None and caps & Capability.EXIT_GATE:
             link.send(SetGate(1), time.monotonic(), coalesce=True)
             self._flush()
@@ -541,7 +542,7 @@ class Daemon:
     def _device_link(self, connected: bool) -> None:
         """Raise/clear device_lost when the engine's view differs from what we now know."""
         engine = self.engine
-        if engine is not None and engine.s.device.connected != connected:
+        if engine is not None and engine.state.device.connected != connected:
             self.commit_and_apply([DeviceLink(at=time.time(), connected=connected)])
             self._status_dirty.set()
 
@@ -557,7 +558,7 @@ class Daemon:
         at = time.time()
         inputs: list[Input] = []
         engine = self.engine
-        if engine is not None and not engine.s.device.connected \
+        if engine is not None and not engine.state.device.connected \
                 and not isinstance(message, Hello):
             inputs.append(DeviceLink(at=at, connected=True))  # Hello reconnects by itself
         if event.gap:
@@ -807,7 +808,7 @@ class Daemon:
             "online": True, "table_id": self.settings.table.id, "version": __version__,
             "instance": self.journal.instance_id if self.journal else None,
             "device_connected": self.device_connected and bool(
-                self.engine and self.engine.s.device.connected),
+                self.engine and self.engine.state.device.connected),
             "storage_ok": self.storage_ok, "storage_error": self.storage_error,
             "outbox": self._outbox_depth(), "clock_synchronised": synced,
             "warnings": ([] if synced is not False else ["system clock not synchronised"])
@@ -817,7 +818,7 @@ class Daemon:
 
     def device_payload(self) -> dict[str, Any]:
         assert self.engine is not None
-        device = self.engine.s.device
+        device = self.engine.state.device
         caps = device.capabilities or 0
         return {
             "connected": self.device_connected and device.connected,
@@ -997,7 +998,7 @@ class Daemon:
             self.device_loop(), self.timer_loop(), self.mqtt_loop(), self.housekeeping_loop(),
             self.integrity_check())]
         self.notifier.notify(READY=1, STATUS="journal restored; device transport started")
-        self.log.info("ready", root=self.root, instance=self.engine.s.instance_id
+        self.log.info("ready", root=self.root, instance=self.engine.state.instance_id
                       if self.engine else None)
         await self._stopping.wait()
         await self._shutdown(tasks)

@@ -44,9 +44,10 @@ from firmware_protocol.messages import Capability
 
 from .aio import wait_event
 from .core.cards import ALL_CARDS
-from .core.engine import PB_POSITIONS, Engine, EngineConfig
+from .core.config import EngineConfig
+from .core.engine import Engine
 from .core.errors import RulesError
-from .core.game import next_needed
+from .core.game import PB_POSITIONS, next_needed
 from .core.inputs import DeviceItem, DeviceShoeLoaded
 
 CUT = "CUT"

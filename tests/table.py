@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from shoed.core import commands as cmd
-from shoed.core.engine import Engine, EngineConfig, Output
+from shoed.core.config import EngineConfig
+from shoed.core.engine import Engine, Output
 from shoed.core.inputs import (
     CommandInput,
     DeviceFault,

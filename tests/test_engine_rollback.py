@@ -12,7 +12,7 @@ from shoed.core.engine import Engine
 
 
 def _state(engine: Engine) -> dict[str, Any]:
-    state = engine.s.model_dump()
+    state = engine.state.model_dump()
     # The engine_error alarm itself takes a seq and an alarm id; the rest must not move.
     for key in ("seq", "alarm_counter"):
         state.pop(key)
@@ -39,25 +39,25 @@ def test_a_failing_device_input_rolls_back_everything(
         table.commence("5S", ["2C"])  # two of the five burns drawn
     engine = table.engine
     before = _state(engine)
-    assert engine.s.shoe is not None
-    assert (engine.s.shoe.phase == "commencement") == (phase == "commencement")
-    records_before = len(engine.s.records)
+    assert engine.state.shoe is not None
+    assert (engine.state.shoe.phase == "commencement") == (phase == "commencement")
+    records_before = len(engine.state.records)
 
     def broken(self: Engine, *args: object) -> None:
         # Change what a device input may change, then fail halfway through.
-        shoe = self.s.shoe
+        shoe = self.state.shoe
         assert shoe is not None
         shoe.card_counter += 100
         if shoe.hand is not None:
             shoe.hand.cards.clear()
-        self.s.records.append({"hand_no": 999})
+        self.state.records.append({"hand_no": 999})
         raise RuntimeError("a bug")
 
     monkeypatch.setattr(Engine, "_advance", broken)
     out = table.draw("KD")[-1]
     errors = [e for e in out.events if e.type == "alarm" and e.code == "engine_error"]
     assert errors and "a bug" in errors[0].message
-    assert len(engine.s.records) == records_before
+    assert len(engine.state.records) == records_before
     assert _state(engine) == before
 
 
@@ -65,12 +65,12 @@ def test_the_rollback_handle_restores_a_device_input() -> None:
     """What the daemon uses when the journal cannot store an input's effect."""
     table = _dealing_table()
     engine = table.engine
-    before = engine.s.model_dump()
+    before = engine.state.model_dump()
     table.draw("QC")
-    assert engine.s.model_dump() != before
+    assert engine.state.model_dump() != before
     assert engine.last_rollback is not None
-    engine.s = engine.last_rollback()
-    assert engine.s.model_dump() == before
+    engine.roll_back(engine.last_rollback)
+    assert engine.state.model_dump() == before
 
 
 def test_a_prepared_checkpoint_rolls_back_like_one_taken_in_handle(
@@ -81,7 +81,7 @@ def test_a_prepared_checkpoint_rolls_back_like_one_taken_in_handle(
     engine = table.engine
     engine.prepare_checkpoint()
     before = _state(engine)
-    records_before = len(engine.s.records)
+    records_before = len(engine.state.records)
     taken: list[bool] = []
     original = Engine.checkpoint
 
@@ -90,16 +90,16 @@ def test_a_prepared_checkpoint_rolls_back_like_one_taken_in_handle(
         return original(self, full)
 
     def broken(self: Engine, *args: object) -> None:
-        self.s.records.append({"hand_no": 999})
-        assert self.s.shoe is not None
-        self.s.shoe.card_counter += 100
+        self.state.records.append({"hand_no": 999})
+        assert self.state.shoe is not None
+        self.state.shoe.card_counter += 100
         raise RuntimeError("a bug")
 
     monkeypatch.setattr(Engine, "checkpoint", counting)
     monkeypatch.setattr(Engine, "_advance", broken)
     table.draw("KD")
     assert taken == []  # the prepared one was used
-    assert len(engine.s.records) == records_before
+    assert len(engine.state.records) == records_before
     assert _state(engine) == before
 
 
@@ -112,14 +112,14 @@ def test_a_stale_prepared_checkpoint_is_not_used() -> None:
     table.draw("QC")  # uses it
     engine.prepare_checkpoint()
     table.draw("2D")  # uses the new one
-    middle = engine.s.model_dump()
+    middle = engine.state.model_dump()
     engine.prepare_checkpoint()
-    engine.s = engine.s.model_copy(deep=True)  # e.g. the daemon's storage rollback
+    engine.roll_back(engine.checkpoint(full=True))  # a new state object, as after a rollback
     table.draw("3D")
     assert engine.last_rollback is not None
     assert engine.last_rollback().model_dump() == middle
     engine.prepare_checkpoint()
-    before_4d = engine.s.model_dump()
+    before_4d = engine.state.model_dump()
     table.draw("4D")
     table.draw("5D")  # handled without a new prepare: the old one is stale
     assert engine.last_rollback is not None

@@ -130,3 +130,15 @@ def test_unknown_type_is_accepted_seq_on_host(vectors: dict) -> None:
     received = link.next_event()
     assert isinstance(received, MessageReceived)
     assert received.gap == 0
+
+
+def test_nak_reasons_are_the_enum() -> None:
+    """Every refusal carries a NakReason member, never a bare number."""
+    from firmware_protocol import NakReason
+
+    frame = bytearray(build_frame(0x02, 1, bytes(6)))
+    frame[3] ^= 0xFF  # breaks the CRC
+    results = StreamDecoder().feed(bytes(frame) + b"\x01\x00" + b"\x05" * 400 + b"\x00")
+    reasons = [r.nak_reason for r in results if isinstance(r, Discarded)]
+    assert reasons and all(isinstance(r, NakReason) for r in reasons), reasons
+    assert NakReason.CRC_ERROR in reasons and NakReason.MALFORMED in reasons

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from firmware_protocol.messages import RANKS, SUITS
+
 from .errors import CardNotationError
 
-RANKS = "A23456789TJQK"
-SUITS = "SHDC"
 ALL_CARDS: tuple[str, ...] = tuple(r + s for s in SUITS for r in RANKS)
 
 

@@ -138,25 +138,27 @@ class Whoami(CommandBase):
     command: Literal["whoami"]
 
 
-COMMAND_CLASSES: tuple[type[CommandBase], ...] = (
-    NewShoe, CloseBetting, ManualCard, Resume, VoidHand, VoidShoe, EndShoe, Realign,
-    CutCardCommand, ReportMisorder, Recall, Replay, Roads, AckAlarm, Whoami)
 Command = Annotated[
     NewShoe | CloseBetting | ManualCard | Resume | VoidHand | VoidShoe | EndShoe | Realign
     | CutCardCommand | ReportMisorder | Recall | Replay | Roads | AckAlarm | Whoami,
     Field(discriminator="command"),
 ]
 COMMAND_ADAPTER: TypeAdapter[Command] = TypeAdapter(Command)
+#: The command classes, as the Command union lists them.
+COMMAND_CLASSES: tuple[type[CommandBase], ...] = get_args(get_args(Command)[0])
 
 
-def _command_name(cls: type[CommandBase]) -> str:
+def command_name(cls: type[CommandBase]) -> str:
+    """The `command` value a command class accepts (its Literal)."""
     name: str = get_args(cls.model_fields["command"].annotation)[0]
     return name
 
 
-COMMAND_NAMES = frozenset(_command_name(cls) for cls in COMMAND_CLASSES)
-# Commands that change nothing: no journalled input, no `supervisor_action`.
+COMMAND_NAMES = frozenset(command_name(cls) for cls in COMMAND_CLASSES)
+#: Commands that only read: answered, never recorded as a supervisor_action.
 READ_ONLY_COMMANDS = frozenset({"recall", "replay", "roads", "whoami"})
+#: Commands the shell answers itself: `replay` reads the journal, `whoami` the sender.
+SHELL_COMMANDS = frozenset({"replay", "whoami"})
 
 # Roles (mqtt-api.md section 4). Brokers' ACL files have no groups: users are mapped to
 # these roles in the daemon's configuration (`[auth]`).

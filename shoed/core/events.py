@@ -6,7 +6,7 @@ Every event carries `schema_version`, `event_id`, `seq`, `instance`, `type`, `ts
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
@@ -168,10 +168,8 @@ Event = Annotated[
     Field(discriminator="type"),
 ]
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
-EVENT_TYPES = (
-    ShoeStarted, Commencement, CardEvent, BettingClosed, HandResultEvent, HandVoided,
-    LastHand, ShoeEnded, ShoeVoided, Procedure, Alarm, SupervisorAction, ShoeReport,
-)
+#: The event classes, as the Event union lists them.
+EVENT_TYPES: tuple[type[EventBase], ...] = get_args(get_args(Event)[0])
 
 
 # --- the retained {root}/state snapshot (mqtt-api.md section 3) ------------------------

@@ -14,6 +14,8 @@ from .errors import RulesError
 
 Position = Literal["P1", "B1", "P2", "B2", "P3", "B3"]
 DEAL_ORDER: tuple[Position, ...] = ("P1", "B1", "P2", "B2")
+#: The positions that make a hand (a burn is not one of them).
+PB_POSITIONS: frozenset[str] = frozenset({"P1", "B1", "P2", "B2", "P3", "B3"})
 Winner = Literal["player", "banker", "tie"]
 
 

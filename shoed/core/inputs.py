@@ -1,7 +1,15 @@
 """Inputs of the dealing engine: decoded device frames and validated commands.
 
-Each input carries `at`, the host's wall-clock time (epoch seconds) when it was taken:
-the engine has no clock of its own, so replaying the same inputs gives the same events.
+Each input carries the host's two readings of when it was taken: the engine has no
+clock of its own, so replaying the same inputs gives the same events.
+
+- `at`: wall-clock time (epoch seconds). Stamps events (`ts`, `drawn_at`, shoe ids).
+  NTP may step it either way, so the engine measures no duration on it when it can help.
+- `mono`: the daemon's uptime clock (seconds), monotonic within a run and accumulated
+  across runs, supplied by the shell. Every duration the engine measures (the pull
+  timeout, card-jam pauses) is taken on it. None in journals written before it existed;
+  the engine then falls back to `at`.
+
 Inputs are pydantic models so the journal can store and replay them as JSON.
 """
 
@@ -17,6 +25,7 @@ from .commands import Command
 class InputBase(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     at: float
+    mono: float | None = None
 
 
 class DeviceHello(InputBase):
@@ -79,7 +88,7 @@ class StorageStatus(InputBase):
 
 
 class Tick(InputBase):
-    """Time passed: lets the 3 s incomplete-pull timeout fire."""
+    """Time passed: lets the 3 s incomplete-pull timeout fire (see Engine.next_deadline)."""
 
     kind: Literal["tick"] = "tick"
 

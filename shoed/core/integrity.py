@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from .cards import RANKS
+from firmware_protocol.messages import RANKS
 
 DETECTORS: tuple[str, ...] = (
     "suited_step_run", "monotone_run", "same_suit_run", "same_rank_run",

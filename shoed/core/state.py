@@ -1,0 +1,125 @@
+"""The engine's state: pydantic models, saved whole as the journal's snapshot.
+
+Nothing here changes state (that is :mod:`shoed.core.engine`) or reads it for the
+outside world (:mod:`shoed.core.view`). Fields are only ever added, with defaults, so a
+snapshot written by an older version still loads.
+
+Time fields: ``drawn_at``, ``last_at`` and ``jam_since`` are wall-clock epoch seconds
+(the inputs' ``at``), kept for timestamps and for journals from before ``mono``;
+``last_mono`` and ``jam_since_mono`` are on the uptime clock (the inputs' ``mono``),
+which durations are measured on when it is known (see :mod:`shoed.core.pulls`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from .inputs import DeviceItem
+
+Phase = Literal["commencement", "between_hands", "dealing", "shoe_ended", "shoe_voided"]
+#: The phases of a shoe that is over: nothing more is dealt from it.
+FINISHED_PHASES: frozenset[str] = frozenset({"shoe_ended", "shoe_voided"})
+
+
+class CardRec(BaseModel):
+    card_index: int
+    card: str | None
+    read: Literal["read", "unread", "foreign", "manual"]
+    uid: str | None = None
+    device_card_index: int | None = None
+    pull_id: int | None = None
+    drawn_at: float
+    exposed: bool = False
+    flags: list[str] = Field(default_factory=list)  # excess_card, duplicate_uid
+    flags_cleared: bool = False
+    alarmed: bool = False
+    position: str | None = None
+    hand_no: int | None = None
+    published: str | None = None  # what the last card event said (to publish changes only)
+
+
+class HandState(BaseModel):
+    hand_no: int
+    cards: list[CardRec] = Field(default_factory=list)
+    has_burn: bool = True
+    in_progress: bool = False
+    holds: list[str] = Field(default_factory=list)  # explicit: cards_lost, incomplete_pull, ...
+    unnecessary: int = 0
+    last_hand: bool = False
+    actions: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class CommencementState(BaseModel):
+    cards: list[CardRec] = Field(default_factory=list)
+    burn_count: int | None = None
+    holds: list[str] = Field(default_factory=list)
+
+
+class ShoeState(BaseModel):
+    shoe_id: str
+    phase: Phase
+    commencement: CommencementState = Field(default_factory=CommencementState)
+    hand: HandState | None = None
+    hand_no: int = 0  # the number of the newest hand created
+    betting: Literal["open", "closed"] | None = None
+    cut_card_seen: bool = False
+    end_requested: bool = False
+    counts: dict[str, int] = Field(default_factory=dict)
+    uids: list[str] = Field(default_factory=list)
+    card_counter: int = 0
+    hands_played: int = 0
+    hands_voided: int = 0
+    resolved: dict[int, bool] = Field(default_factory=dict)  # hand_no -> voided?
+    last_resolved: int | None = None
+
+
+class PullItem(BaseModel):
+    item: DeviceItem
+    arrival: int
+
+
+class PullBuffer(BaseModel):
+    pull_id: int
+    size: int
+    items: list[PullItem] = Field(default_factory=list)
+    last_at: float
+    last_mono: float | None = None
+    paused: float = 0.0  # seconds of card jam since the last item (not counted)
+
+
+class AlarmState(BaseModel):
+    alarm_id: str
+    code: str
+    since: str
+    key: str
+    card_index: int | None = None
+    fault_code: int | None = None
+
+
+class DeviceState(BaseModel):
+    boot_id: int | None = None
+    capabilities: int | None = None
+    fw_version: str | None = None
+    serial_no: str | None = None
+    connected: bool = False
+    faults: list[int] = Field(default_factory=list)
+
+
+class EngineState(BaseModel):
+    instance_id: str
+    seq: int = 0
+    shoe_counter: int = 0
+    alarm_counter: int = 0
+    shoe: ShoeState | None = None
+    device: DeviceState = Field(default_factory=DeviceState)
+    alarms: list[AlarmState] = Field(default_factory=list)
+    pull: PullBuffer | None = None
+    pull_arrivals: int = 0
+    jam_since: float | None = None
+    jam_since_mono: float | None = None
+    storage_failed: bool = False
+    records: list[dict[str, Any]] = Field(default_factory=list)
+    gate_sent: bool | None = None
+    indicator_sent: int | None = None

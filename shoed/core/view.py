@@ -1,0 +1,250 @@
+"""What the engine's state says, read only: card positions, holds, the gate, the
+indicator and the retained ``{root}/state`` snapshot (mqtt-api.md section 3).
+
+Nothing here changes the state; :mod:`shoed.core.engine` calls these to decide, and so
+does anyone who wants to know.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from firmware_protocol.messages import IndicatorPattern
+
+from .cards import value
+from .config import EngineConfig
+from .game import DEAL_ORDER, PB_POSITIONS, next_needed_by_values
+from .state import FINISHED_PHASES, CardRec, EngineState, HandState, ShoeState
+
+#: A hold and the card it concerns (None: the hand or commencement as a whole).
+Hold = tuple[str, CardRec | None]
+#: Holds a supervisor's manual_card entry can settle, and those that need one first.
+ENTRY_HOLDS = frozenset({"card_unread", "foreign_card", "excess_card", "duplicate_uid"})
+UNKNOWN_CARD_HOLDS = frozenset({"card_unread", "foreign_card"})
+# The indicator patterns as plain ints (read on every input; enum access is slower).
+_OFF, _BURN, _PLAYER, _BANKER, _LAST_HAND, _STOP = (
+    p.value for p in (IndicatorPattern.OFF, IndicatorPattern.BURN, IndicatorPattern.PLAYER,
+                      IndicatorPattern.BANKER, IndicatorPattern.LAST_HAND,
+                      IndicatorPattern.STOP))
+
+
+# --- positions ----------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=1024)
+def _derive(cards: tuple[str | None, ...], has_burn: bool) -> tuple[str | None, ...]:
+    return tuple(_derive_positions(cards, has_burn))
+
+
+def derive_positions(cards: list[str | None], has_burn: bool) -> list[str | None]:
+    """Memoised :func:`_derive_positions` (pure, and asked several times per input)."""
+    return list(_derive(tuple(cards), has_burn))
+
+
+def _derive_positions(cards: tuple[str | None, ...], has_burn: bool) -> list[str | None]:
+    """Position of each card of a hand, given in draw order (None = value unknown).
+
+    Burn, P1, B1, P2, B2 are fixed by order alone; a third card's position needs the
+    values before it. Returns None for a pending card (its position hangs on an unknown
+    value) and "surplus" for a card beyond what the complete hand needs.
+    """
+    out: list[str | None] = []
+    values: list[int | None] = []
+    blocked: str | None = None
+    for i, card in enumerate(cards):
+        if i == 0 and has_burn:
+            out.append("burn")
+            continue
+        if blocked is not None:
+            out.append(None if blocked == "pending" else blocked)
+            continue
+        position: str | None
+        if len(values) < 4:
+            position = DEAL_ORDER[len(values)]
+        else:
+            known = [v for v in values if v is not None]
+            if len(known) < len(values):
+                blocked = "pending"
+                out.append(None)
+                continue
+            position = next_needed_by_values(known)
+            if position is None:
+                blocked = "surplus"
+                out.append("surplus")
+                continue
+        out.append(position)
+        values.append(None if card is None else value(card))
+    return out
+
+
+def positions(hand: HandState) -> list[str | None]:
+    """Derived position of each card of the hand; None = pending, "surplus" = beyond."""
+    return derive_positions([c.card for c in hand.cards], hand.has_burn)
+
+
+def next_position(hand: HandState) -> str | None:
+    """Where the next card of the hand goes (None: pending or complete)."""
+    if not hand.cards and hand.has_burn:
+        return "burn"
+    known = [c.card for c in hand.cards]
+    derived = derive_positions(known, hand.has_burn)
+    if derived and derived[-1] in (None, "surplus"):
+        return None
+    # Where would one more card go? Only the position matters, not its value.
+    nxt = derive_positions([*known, "AS"], hand.has_burn)[-1]
+    return None if nxt == "surplus" else nxt
+
+
+def dealt_cards(hand: HandState) -> list[CardRec]:
+    """The hand's Player and Banker cards, in draw order."""
+    return [c for c, p in zip(hand.cards, positions(hand), strict=True) if p in PB_POSITIONS]
+
+
+def hand_complete(hand: HandState) -> bool:
+    dealt = dealt_cards(hand)
+    if len(dealt) < 4 or any(c.card is None for c in dealt):
+        return False
+    return next_needed_by_values([value(c.card) for c in dealt if c.card]) is None
+
+
+# --- holds --------------------------------------------------------------------------------
+
+
+def hold_detail(shoe: ShoeState | None) -> list[Hold]:
+    """Every active hold of the current context, with the card it concerns."""
+    if shoe is None or shoe.phase in FINISHED_PHASES:
+        return []
+    out: list[Hold] = []
+    if shoe.phase == "commencement":
+        com = shoe.commencement
+        out += [(h, None) for h in com.holds]
+        if com.cards and com.cards[0].card is None:
+            first = com.cards[0]
+            out.append(("foreign_card" if first.read == "foreign" else "card_unread", first))
+        return out
+    hand = shoe.hand
+    if hand is None:
+        return out
+    out += [(h, None) for h in hand.holds]
+    for card, position in zip(hand.cards, positions(hand), strict=True):
+        if position not in PB_POSITIONS:
+            continue
+        if card.card is None:
+            out.append(("foreign_card" if card.read == "foreign" else "card_unread", card))
+        elif card.flags and not card.flags_cleared:
+            out.extend((flag, card) for flag in card.flags)
+    return out
+
+
+def active_holds(shoe: ShoeState | None) -> list[str]:
+    return sorted({reason for reason, _ in hold_detail(shoe)})
+
+
+# --- the shoe's gate and indicator ---------------------------------------------------------
+
+
+def gate_locked(config: EngineConfig, state: EngineState) -> bool:
+    shoe = state.shoe
+    if state.storage_failed:
+        return True
+    if shoe is None:
+        return False
+    if shoe.phase in FINISHED_PHASES:
+        return True
+    if config.betting_control == "commands" and shoe.betting == "open":
+        return True
+    return bool(active_holds(shoe))
+
+
+def indicator(state: EngineState) -> int:
+    """The IndicatorPattern the shoe should show."""
+    shoe = state.shoe
+    if shoe is None:
+        return _OFF
+    if shoe.phase in FINISHED_PHASES or active_holds(shoe):
+        return _STOP
+    hand = shoe.hand
+    if hand is not None and hand.last_hand:
+        return _LAST_HAND
+    if shoe.phase == "dealing" and hand is not None:
+        nxt = next_position(hand)
+        if nxt == "burn":
+            return _BURN
+        if nxt is not None and nxt.startswith("P"):
+            return _PLAYER
+        if nxt is not None and nxt.startswith("B"):
+            return _BANKER
+        return _STOP
+    return _BURN
+
+
+# --- the retained state topic ---------------------------------------------------------------
+
+
+def public_state(config: EngineConfig, state: EngineState) -> dict[str, Any]:
+    """The `{root}/state` snapshot of mqtt-api.md section 3."""
+    shoe = state.shoe
+    public: dict[str, Any] = {
+        "schema_version": 1, "seq": state.seq, "instance": state.instance_id,
+        "shoe_id": None, "shoe_state": "no_shoe",
+        "betting": None, "hand_no": None, "last_hand": False, "cards": [],
+        "pending_cards": [], "next_position": None, "commencement": None, "hold": None,
+        "alarms": [{"alarm_id": a.alarm_id, "code": a.code, "since": a.since,
+                    "card_index": a.card_index, "fault_code": a.fault_code}
+                   for a in state.alarms],
+        "hands_played": 0, "hands_voided": 0,
+        "gate_locked": gate_locked(config, state), "indicator": indicator(state),
+    }
+    if shoe is None:
+        return public
+    holds = hold_detail(shoe)
+    held = bool(holds)
+    shoe_state: str = shoe.phase
+    if held and shoe.phase == "dealing":
+        shoe_state = "held"
+    com = shoe.commencement
+    public.update({
+        "shoe_id": shoe.shoe_id, "shoe_state": shoe_state, "betting": shoe.betting,
+        "hands_played": shoe.hands_played, "hands_voided": shoe.hands_voided,
+        "commencement": {
+            "card": com.cards[0].card if com.cards else None,
+            "burn_count": com.burn_count,
+            "burns_drawn": sum(1 for c in com.cards[1:] if c.position),
+        },
+    })
+    if shoe.phase == "commencement":
+        public["pending_cards"] = [{"card": c.card, "card_index": c.card_index}
+                                   for c in com.cards if c.position is None]
+    hand = shoe.hand
+    if hand is not None:
+        public["hand_no"] = hand.hand_no
+        public["last_hand"] = hand.last_hand
+        derived = positions(hand)
+        public["cards"] = [{"position": p, "card": c.card, "card_index": c.card_index}
+                           for c, p in zip(hand.cards, derived, strict=True)
+                           if p not in (None, "surplus")]
+        public["pending_cards"] = [{"card": c.card, "card_index": c.card_index}
+                                   for c, p in zip(hand.cards, derived, strict=True)
+                                   if p in (None, "surplus")]
+        if hand.in_progress:
+            public["next_position"] = next_position(hand)
+    elif shoe.last_resolved is not None:
+        public["hand_no"] = shoe.last_resolved
+    if shoe.betting == "open":
+        nh = hand
+        derived = positions(nh) if nh is not None else []
+        pick = {p: c.card for c, p in zip(nh.cards, derived, strict=True)} if nh else {}
+        public["next_hand"] = {"hand_no": nh.hand_no if nh else shoe.hand_no + 1,
+                               "burn": pick.get("burn"), "P1": pick.get("P1"),
+                               "unnecessary_count": nh.unnecessary if nh else 0}
+    if held:
+        reasons = sorted({r for r, _ in holds})
+        card_index = next((c.card_index for _, c in holds if c is not None), None)
+        allowed = ["void_hand", "realign"]
+        if any(r in ENTRY_HOLDS for r in reasons):
+            allowed.insert(0, "manual_card")
+        if not any(r in UNKNOWN_CARD_HOLDS for r in reasons):
+            allowed.insert(0, "resume")
+        public["hold"] = {"reasons": reasons, "card_index": card_index, "allowed": allowed}
+    return public
