@@ -37,3 +37,21 @@ def _quiet_logs():
     from shoed import logs
 
     logs.configure("json", "warning")
+
+
+@pytest.fixture
+def ws_broker():
+    """A private Mosquitto with two listeners on free loopback ports: MQTT (`port`, `url`)
+    and MQTT over WebSockets (`ws_port`, `ws_url`) for the console's page. Stop and start
+    keep both ports."""
+    from shoed.broker import PrivateMosquitto, free_port
+
+    mqtt_port, ws_port = free_port(), free_port()
+    instance = PrivateMosquitto(port=mqtt_port, extra_config=(
+        f"listener {mqtt_port} 127.0.0.1\nallow_anonymous true\n"
+        f"listener {ws_port} 127.0.0.1\nprotocol websockets\n"))
+    instance.ws_port = ws_port  # type: ignore[attr-defined]
+    instance.ws_url = f"ws://127.0.0.1:{ws_port}"  # type: ignore[attr-defined]
+    instance.start()
+    yield instance
+    instance.stop()
