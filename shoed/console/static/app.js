@@ -1,5 +1,6 @@
 // The console's entry point: the login, the broker connection, then the pit or a table.
 import { Link } from "./link.js";
+import { put } from "./dom.js";
 import { TablePage } from "./table.js";
 import { pitPage } from "./pit.js";
 
@@ -26,7 +27,7 @@ function start(config, login) {
     if (state === "refused") {
       sessionStorage.removeItem(KEY);
       showLogin(config, `The broker refused ${login.username || "the login"}: ${detail || "not authorised"}`);
-      view.replaceChildren();
+      put(view);
     }
   });
   const table = config.tables.find((t) => t.table_id === wanted) ||

@@ -17,6 +17,11 @@ export function h(tag, attrs = {}, ...children) {
   return el;
 }
 
+// replaceChildren, leaving out null/undefined/false (conditional parts of a view).
+export function put(el, ...children) {
+  el.replaceChildren(...children.flat().filter((c) => c !== null && c !== undefined && c !== false));
+}
+
 const SUIT = { S: "\u2660", H: "\u2665", D: "\u2666", C: "\u2663" };
 const RANK = { T: "10" };
 

@@ -1,6 +1,6 @@
 // One table's page: the hand, the result, the scoreboard, health, alarms, hold, commands
 // and the last hands, live from the table's topics (mqtt-api.md, roads.md).
-import { h, cardEl, baccaratValue, human, fmtTime, fmtAgo, cardLabel, isRed } from "./dom.js";
+import { h, put, cardEl, baccaratValue, human, fmtTime, fmtAgo, cardLabel, isRed } from "./dom.js";
 import { scoreboard } from "./roads.js";
 import { Commander } from "./link.js";
 
@@ -178,7 +178,7 @@ export class TablePage {
       recall: h("section", { class: "panel recall", "data-testid": "recall" }),
     };
     const e = this.els;
-    this.mount.replaceChildren(h("div", { class: "table-page", "data-table": this.tableId },
+    put(this.mount, h("div", { class: "table-page", "data-table": this.tableId },
       e.header,
       h("div", { class: "left" }, e.hand, e.result, e.board),
       h("div", { class: "right" }, e.hold, e.alarms, e.health, e.controls, e.recall)));
@@ -191,7 +191,7 @@ export class TablePage {
     const online = this.status ? !!this.status.online : null;
     const kv = (label, value, testid) => h("div", { class: "kv", "data-testid": testid }, label, h("b", {}, value ?? "\u2014"));
     const shoeState = s.shoe_state ? human(s.shoe_state) : "\u2014";
-    this.els.header.replaceChildren(
+    put(this.els.header, 
       h("span", { class: "table-name" }, `Table ${this.tableId}`),
       h("span", { class: `badge ${online ? "ok" : online === false ? "bad" : "warn"}`, "data-testid": "online" },
         online ? "online" : online === false ? "offline" : "no status"),
@@ -243,7 +243,7 @@ export class TablePage {
         "Commencement", h("br"), `card ${s.commencement.card ? cardLabel(s.commencement.card) : "?"}`,
         h("br"), `burns ${s.commencement.burns_drawn ?? 0} / ${s.commencement.burn_count ?? "?"}`) : null,
       s.next_position ? h("div", { class: "commencement" }, `next: ${s.next_position}`) : null);
-    this.els.hand.replaceChildren(
+    put(this.els.hand, 
       h("div", { class: "side player" }, h("div", { class: "label" }, "PLAYER"),
         h("div", { class: "total", "data-testid": "player-total" }, r ? r.player_total : total(PLAYER)),
         h("div", { class: "cards" }, slots(PLAYER))),
@@ -261,7 +261,7 @@ export class TablePage {
     if (!r) {
       el.dataset.state = voided ? "voided" : "none";
       el.removeAttribute("data-winner");
-      el.replaceChildren(h("div", { class: `winner ${voided ? "voided" : ""}` }, voided ? "HAND VOIDED" : "IN PLAY",
+      put(el, h("div", { class: `winner ${voided ? "voided" : ""}` }, voided ? "HAND VOIDED" : "IN PLAY",
         h("small", {}, voided ? human(voided.reason) : this.hand.hand_no ? `hand ${this.hand.hand_no}` : "waiting for cards")),
       h("div", { class: "none-note" }, "Payouts appear with the result."));
       return;
@@ -272,7 +272,7 @@ export class TablePage {
     const flag = (on, text, key) => h("span", { class: `flag ${on ? "on" : ""}`, "data-flag": key, "data-on": on ? "true" : "false" }, text);
     const payouts = r.payouts || {};
     const bets = [...BETS.filter((b) => b in payouts), ...Object.keys(payouts).filter((b) => !BETS.includes(b))];
-    el.replaceChildren(
+    put(el, 
       h("div", { class: `winner ${voided ? "voided" : r.winner}`, "data-testid": "winner" },
         voided ? "VOIDED" : r.winner === "tie" ? "TIE" : `${r.winner.toUpperCase()} WINS`,
         h("small", {}, `Player ${r.player_total} \u2014 Banker ${r.banker_total} \u00b7 hand ${r.hand_no}`)),
@@ -294,7 +294,7 @@ export class TablePage {
   }
 
   renderBoard() {
-    this.els.board.replaceChildren(scoreboard(this.roads));
+    put(this.els.board, scoreboard(this.roads));
   }
 
   renderHealthLastEvent() {
@@ -313,7 +313,7 @@ export class TablePage {
     const clock = st.clock_synchronised === true ? ["synchronised", "ok"] : st.clock_synchronised === false ? ["NOT synchronised", "bad"] : ["unknown", "warn"];
     const broker = this.link.connected ? ["connected", "ok"] : ["disconnected", "bad"];
     const outbox = st.outbox ?? null;
-    this.els.health.replaceChildren(h("h2", {}, "Table health"), h("dl", {},
+    put(this.els.health, h("h2", {}, "Table health"), h("dl", {},
       row("online", "Daemon", onl, onlC),
       row("device", "Shoe", dev, devC),
       row("firmware", "Firmware", dv.firmware),
@@ -339,7 +339,7 @@ export class TablePage {
         disabled: !this.cmd.allows("ack_alarm"), onclick: () => this.cmd.send("ack_alarm", { alarm_id: a.alarm_id }) }, "Acknowledge") : null));
     const history = this.alarmHistory.map((a) => h("li", { class: a.active ? "raised" : "cleared", "data-testid": "alarm-history-item", "data-alarm-id": a.alarm_id },
       `${fmtTime(a.ts).slice(11, 19)} ${a.active ? "raised" : "cleared"} ${human(a.code)}${a.message ? ` \u2014 ${a.message}` : ""}`));
-    el.replaceChildren(h("h2", {}, `Alarms${active.length ? ` (${active.length} active)` : ""}`),
+    put(el, h("h2", {}, `Alarms${active.length ? ` (${active.length} active)` : ""}`),
       ...(items.length ? items : [h("div", { class: "none-note" }, "No active alarm")]),
       h("div", { class: "road-title" }, "This shoe's alarm history"),
       history.length ? h("ul", { class: "history" }, ...history) : h("div", { class: "none-note" }, "none since the page opened"));
@@ -411,7 +411,7 @@ export class TablePage {
       const reasons = hold.reasons || [];
       const inConfirm = this.confirm && (hold.allowed || []).includes(this.confirm.command) && !SUPERVISOR.includes(this.confirm.command);
       holdEl.dataset.cardIndex = hold.card_index ?? "";
-      holdEl.replaceChildren(h("h2", {}, "Hold \u2014 dealing is stopped"),
+      put(holdEl, h("h2", {}, "Hold \u2014 dealing is stopped"),
         h("div", { class: "reasons", "data-testid": "hold-reasons" }, reasons.map(human).join(", ")),
         h("div", { class: "how" }, reasons.map((r) => RELEASE[r] || `Release: ${human(r)}.`).join(" "),
           hold.card_index ? ` (card #${hold.card_index})` : ""),
@@ -427,7 +427,7 @@ export class TablePage {
     const supervisorConfirm = this.confirm && !(hold && (hold.allowed || []).includes(this.confirm.command) && !SUPERVISOR.includes(this.confirm.command));
     const log = this.cmd.log.map((l) => h("li", { class: l.ok ? "ok" : "refused", "data-testid": "response", "data-command": l.command, "data-ok": String(l.ok), "data-code": l.code || "" },
       `${l.at.toISOString().slice(11, 19)} ${COMMAND_NAMES[l.command] || l.command}: ${l.ok ? "done" : `refused \u2014 ${l.code}${l.message ? `: ${l.message}` : ""}`}`));
-    this.els.controls.replaceChildren(h("h2", {}, "Supervisor"),
+    put(this.els.controls, h("h2", {}, "Supervisor"),
       h("div", { class: "actions" },
         commandsMode ? this.button("close_betting", null, {}) : null,
         this.button("end_shoe", null, {}),
@@ -454,7 +454,7 @@ export class TablePage {
         h("span", { class: "cs" }, ...cards("B")),
         h("span", { class: "tot" }, voided ? human(rec.voided.reason || "voided") : r.winner ? `${r.player_total}\u2013${r.banker_total}` : ""));
     });
-    this.els.recall.replaceChildren(h("h2", {}, "Last hands"),
+    put(this.els.recall, h("h2", {}, "Last hands"),
       items.length ? h("ol", {}, ...items) : h("div", { class: "none-note" }, hands ? "No hand yet" : "asked with recall once connected"));
   }
 }
