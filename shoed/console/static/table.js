@@ -104,6 +104,7 @@ export class TablePage {
   }
 
   _newHand(handNo) {
+    this.otherCards = [];
     this.hand = { hand_no: handNo, cards: new Map(), pending: new Map(), result: null, voided: null };
   }
 
@@ -157,9 +158,10 @@ export class TablePage {
     } else if (e.position === null) {
       this.hand.pending.set(e.card_index, { card: e.card, card_index: e.card_index });
       this.renderHand();
-    } else if (e.position === "commencement" || e.position === "commencement_burn") {
-      this.commencementCards = (this.commencementCards || []).filter((c) => c.card_index !== e.card_index);
-      this.commencementCards.push(e);
+    } else if (e.position) {  // commencement, its burns, unnecessary and stray cards
+      this.otherCards = (this.otherCards || []).filter((c) => c.card_index !== e.card_index);
+      this.otherCards.push(e);
+      if (this.otherCards.length > 12) this.otherCards.shift();
       this.renderHand();
     }
   }
@@ -242,6 +244,10 @@ export class TablePage {
       s.shoe_state === "commencement" && s.commencement ? h("div", { class: "commencement" },
         "Commencement", h("br"), `card ${s.commencement.card ? cardLabel(s.commencement.card) : "?"}`,
         h("br"), `burns ${s.commencement.burns_drawn ?? 0} / ${s.commencement.burn_count ?? "?"}`) : null,
+      (this.otherCards || []).length ? h("div", { class: "pending other", "data-testid": "other-cards" },
+        ...this.otherCards.slice(-6).map((c) => h("span", { class: "other-card", title: human(c.position) },
+          cardEl(c.card, { small: true, index: c.card_index, source: c.source }),
+          h("small", {}, c.position === "commencement_burn" ? "burn" : c.position === "commencement" ? "first" : human(c.position))))) : null,
       s.next_position ? h("div", { class: "commencement" }, `next: ${s.next_position}`) : null);
     put(this.els.hand, 
       h("div", { class: "side player" }, h("div", { class: "label" }, "PLAYER"),
