@@ -148,7 +148,13 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             deadline = started + args.cards * max(args.pace, 0.01) * 4 + 120
             while len(shoe.written) < args.cards + args.warmup and time.monotonic() < deadline:
                 await asyncio.sleep(0.1)
-            await asyncio.sleep(1.0)
+            # Wait (up to 15 s) until the page has shown every card written.
+            written = len(shoe.written)
+            for _ in range(150):
+                shown = await page.evaluate("() => Object.keys(window.__seen).length")
+                if shown >= written:
+                    break
+                await asyncio.sleep(0.1)
             dealing_s = time.monotonic() - started
             dealing_cpu = (cpu_seconds(console.pid) - cpu_dealing) / dealing_s
             seen: dict[str, float] = await page.evaluate("() => window.__seen")
