@@ -85,19 +85,30 @@ async def console_browser(settings: Settings, tables: list[str] | None = None
         await console.close()
 
 
-# Reads the page's hand once its result for hand `hand` shows, in one go (the next hand
-# may start a moment later).
-SNAPSHOT_RESULT = """(hand) => {
-  const result = document.querySelector(`[data-testid=result][data-hand="${hand}"]`);
-  if (!result) return null;
-  const cards = [...document.querySelectorAll('[data-testid=hand] [data-testid=card]')]
-    .map(c => ({position: c.dataset.position || null, card: c.dataset.card}));
-  const payouts = Object.fromEntries([...result.querySelectorAll('[data-testid=payout]')]
-    .map(p => [p.dataset.bet, Number(p.dataset.value)]));
-  const flags = Object.fromEntries([...result.querySelectorAll('[data-flag]')]
-    .map(f => [f.dataset.flag, f.dataset.on === 'true']));
-  return {hand: Number(result.dataset.hand), winner: result.dataset.winner, cards, payouts,
-          flags, text: result.innerText,
-          player_total: document.querySelector('[data-testid=player-total]').innerText,
-          banker_total: document.querySelector('[data-testid=banker-total]').innerText};
+# Installed in the page by a test: a snapshot of the hand each time a result shows (in the
+# same turn as the page draws it), kept by hand number, so a test can read hand N's even
+# after the next hand began.
+SNAPSHOT_OBSERVER = """() => {
+  window.__snaps = {};
+  const take = () => {
+    const result = document.querySelector('[data-testid=result][data-state=result]');
+    if (!result || !result.dataset.hand || window.__snaps[result.dataset.hand]) return;
+    const cards = [...document.querySelectorAll('[data-testid=hand] [data-testid=card]')]
+      .map(c => ({position: c.dataset.position || null, card: c.dataset.card}));
+    const payouts = Object.fromEntries([...result.querySelectorAll('[data-testid=payout]')]
+      .map(p => [p.dataset.bet, Number(p.dataset.value)]));
+    const flags = Object.fromEntries([...result.querySelectorAll('[data-flag]')]
+      .map(f => [f.dataset.flag, f.dataset.on === 'true']));
+    window.__snaps[result.dataset.hand] = {
+      hand: Number(result.dataset.hand), winner: result.dataset.winner, cards, payouts,
+      flags, text: result.innerText,
+      player_total: document.querySelector('[data-testid=player-total]').innerText,
+      banker_total: document.querySelector('[data-testid=banker-total]').innerText};
+  };
+  new MutationObserver(take).observe(document.body,
+    {childList: true, subtree: true, attributes: true});
+  take();
 }"""
+
+# Waits for the snapshot of hand `hand` (see SNAPSHOT_OBSERVER).
+SNAPSHOT_RESULT = "(hand) => window.__snaps && window.__snaps[hand]"

@@ -16,7 +16,13 @@ from typing import Any
 
 import aiomqtt
 import pytest
-from console_support import SNAPSHOT_RESULT, console_browser, console_settings, need_browser
+from console_support import (
+    SNAPSHOT_OBSERVER,
+    SNAPSHOT_RESULT,
+    console_browser,
+    console_settings,
+    need_browser,
+)
 from rig import rig, wait_for
 
 from shoed.simulator import Script
@@ -55,6 +61,7 @@ def test_cards_result_and_payouts_live_and_recovery_after_broker_restart(
         settings = console_settings(tmp_path, ws_broker.ws_url)
         async with console_browser(settings) as b:
             page = await b.page("pit1")
+            await page.evaluate(SNAPSHOT_OBSERVER)
             async with rig(tmp_path, ws_broker, decks=2, seed=5,
                            script=Script(pace_s=0.2, shoes=1)) as r:
                 c = r.collector
@@ -89,9 +96,9 @@ def test_cards_result_and_payouts_live_and_recovery_after_broker_restart(
                 await wait_for(lambda: any(e["hand_no"] > seen + 1 for e in c.of("hand_result")),
                                40, "hands dealt after the broker restart")
                 later = next(e for e in c.of("hand_result") if e["hand_no"] > seen + 1)
-                handle = await page.wait_for_function(
-                    f"() => Number(document.querySelector('[data-testid=result]')"
-                    f".dataset.hand || 0) >= {later['hand_no']}", timeout=20_000)
+                handle = await page.wait_for_function(SNAPSHOT_RESULT, arg=later["hand_no"],
+                                                      timeout=20_000)
+                check_snapshot(await handle.json_value(), later)
                 online = page.locator("[data-testid=health] [data-field=online]")
                 assert await online.inner_text() == "online"
     asyncio.run(main())
@@ -103,6 +110,7 @@ def test_unread_card_shows_the_hold_and_manual_card_from_the_page_resolves_it(
         settings = console_settings(tmp_path, ws_broker.ws_url)
         async with console_browser(settings) as b:
             page = await b.page("pit1")
+            await page.evaluate(SNAPSHOT_OBSERVER)
             # Seed 15 with this unread rate leaves hand 1's P1 unread (card 13).
             script = Script(pace_s=0.15, shoes=1, unread_rate=0.08)
             async with rig(tmp_path, ws_broker, decks=1, seed=15, script=script) as r:

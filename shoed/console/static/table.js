@@ -267,6 +267,7 @@ export class TablePage {
     if (!r) {
       el.dataset.state = voided ? "voided" : "none";
       el.removeAttribute("data-winner");
+      el.removeAttribute("data-hand");
       put(el, h("div", { class: `winner ${voided ? "voided" : ""}` }, voided ? "HAND VOIDED" : "IN PLAY",
         h("small", {}, voided ? human(voided.reason) : this.hand.hand_no ? `hand ${this.hand.hand_no}` : "waiting for cards")),
       h("div", { class: "none-note" }, "Payouts appear with the result."));
