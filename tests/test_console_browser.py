@@ -24,6 +24,7 @@ from console_support import (
     need_browser,
 )
 from rig import rig, wait_for
+from test_console_acl import acl_broker  # noqa: F401 - the fixture, used below
 
 from shoed.simulator import Script
 
@@ -406,3 +407,60 @@ async def check_roads(page: Any) -> None:
                        ("longest_player_streak", "3")):
         assert (await stats.locator(f"[data-stat={key}] b").inner_text()) == value, key
     assert "2" in await stats.locator("[data-stat=current_streak] b").inner_text()
+
+
+@pytest.mark.daemon_pending
+def test_the_page_through_the_shipped_acl_login_refused_then_per_user_commands(
+        tmp_path: pathlib.Path, acl_broker) -> None:  # noqa: F811 - the imported fixture
+    """With passwords and deploy/mosquitto/shoed.acl: a wrong password is refused on the
+    page; the right one reads the table and its whoami goes on cmd/by/<user>, answered
+    (here by the test, as the table's daemon user) on cmd/response/<user>."""
+    from test_console_acl import USERS, client
+
+    broker, ws_port = acl_broker
+
+    async def main() -> None:
+        async with client(broker.port, "table-T9") as daemon:
+            await daemon.subscribe("shoed/T9/cmd/by/+", qos=1)
+            await daemon.publish("shoed/T9/status", json.dumps({"online": True}), qos=1,
+                                 retain=True)
+            await daemon.publish("shoed/T9/state", json.dumps(state_message([])), qos=1,
+                                 retain=True)
+
+            async def answer() -> None:
+                async for message in daemon.messages:
+                    user = str(message.topic).rsplit("/", 1)[1]
+                    body = json.loads(message.payload)  # type: ignore[arg-type]
+                    if body["command"] == "whoami":
+                        await daemon.publish(f"shoed/T9/cmd/response/{user}", json.dumps({
+                            "request_id": body["request_id"], "command": "whoami",
+                            "ok": True, "error": None, "result": {
+                                "authenticated_as": user, "role": "supervisor",
+                                "commands": ROLES["super1"][1]}}), qos=1)
+
+            answering = asyncio.create_task(answer())
+            settings = console_settings(tmp_path, f"ws://127.0.0.1:{ws_port}")
+            try:
+                async with console_browser(settings) as b:
+                    context = await b.browser.new_context()
+                    page = await context.new_page()
+                    await page.goto(b.url)
+                    await page.fill("input[name=username]", "pit-supervisor-1")
+                    await page.fill("input[name=password]", "wrong")
+                    await page.click("[data-testid=login-submit]")
+                    await page.wait_for_selector("#connection[data-state=refused]",
+                                                 state="attached", timeout=10_000)
+                    await page.wait_for_selector("[data-testid=login]", state="visible")
+                    assert "refused" in await page.locator(
+                        "[data-testid=login-error]").inner_text()
+                    page = await b.page("pit-supervisor-1", USERS["pit-supervisor-1"])
+                    await page.wait_for_selector("[data-testid=role][data-role=supervisor]"
+                                                 "[data-mode=per_user]", timeout=10_000)
+                    assert await page.locator("[data-testid=online]").text_content() == "online"
+                    await page.wait_for_selector("[data-testid=hold]", state="visible")
+                    assert await page.locator("[data-testid=hold-action]"
+                                              "[data-command=manual_card]").is_enabled()
+            finally:
+                answering.cancel()
+                await asyncio.gather(answering, return_exceptions=True)
+    asyncio.run(main())
