@@ -63,7 +63,7 @@ def test_cards_result_and_payouts_live_and_recovery_after_broker_restart(
         async with console_browser(settings) as b:
             page = await b.page("pit1")
             await page.evaluate(SNAPSHOT_OBSERVER)
-            async with rig(tmp_path, ws_broker, decks=2, seed=5,
+            async with rig(tmp_path, ws_broker, decks=4, seed=5,
                            script=Script(pace_s=0.2, shoes=1)) as r:
                 c = r.collector
                 # Cards appear in their positions as they leave the shoe.
