@@ -44,14 +44,9 @@ def ws_broker():
     """A private Mosquitto with two listeners on free loopback ports: MQTT (`port`, `url`)
     and MQTT over WebSockets (`ws_port`, `ws_url`) for the console's page. Stop and start
     keep both ports."""
-    from shoed.broker import PrivateMosquitto, free_port
+    from shoed.broker import PrivateMosquitto
 
-    mqtt_port, ws_port = free_port(), free_port()
-    instance = PrivateMosquitto(port=mqtt_port, extra_config=(
-        f"listener {mqtt_port} 127.0.0.1\nallow_anonymous true\n"
-        f"listener {ws_port} 127.0.0.1\nprotocol websockets\n"))
-    instance.ws_port = ws_port  # type: ignore[attr-defined]
-    instance.ws_url = f"ws://127.0.0.1:{ws_port}"  # type: ignore[attr-defined]
+    instance = PrivateMosquitto(websockets=True)
     instance.start()
     yield instance
     instance.stop()
