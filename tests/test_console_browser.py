@@ -102,6 +102,17 @@ def test_cards_result_and_payouts_live_and_recovery_after_broker_restart(
                 check_snapshot(await handle.json_value(), later)
                 online = page.locator("[data-testid=health] [data-field=online]")
                 assert await online.inner_text() == "online"
+                # A supervisor command from the page, confirmed, answered, applied.
+                await page.click("[data-testid=command][data-command=end_shoe]")
+                await page.click("[data-testid=confirm-send]")
+                await page.wait_for_selector(
+                    "[data-testid=response][data-command=end_shoe][data-ok=true]",
+                    timeout=10_000)
+                await wait_for(lambda: c.of("shoe_ended") or any(
+                    e["reason"] == "end_shoe" for e in c.of("last_hand")), 10,
+                               "the shoe ending on the supervisor's command")
+                actions = [e for e in c.of("supervisor_action") if e["command"] == "end_shoe"]
+                assert len(actions) == 1 and actions[0]["operator"] == "pit1"
     asyncio.run(main())
 
 
