@@ -39,11 +39,15 @@ def answers(host: str, port: int, timeout: float = 0.5) -> bool:
 
 
 class PrivateMosquitto:
-    """`mosquitto -c <conf>` on 127.0.0.1:<port>; stop(), start() again on the same port."""
+    """`mosquitto -c <conf>` on 127.0.0.1:<port>; stop(), start() again on the same port.
+
+    `websockets=True` adds a second listener speaking MQTT over WebSockets (for the
+    console's page) on `ws_port` (`ws_url`)."""
 
     def __init__(self, port: int | None = None, extra_config: str = "",
-                 directory: pathlib.Path | None = None) -> None:
+                 directory: pathlib.Path | None = None, websockets: bool = False) -> None:
         self.port = port or free_port()
+        self.ws_port: int | None = free_port() if websockets else None
         self.dir = directory or pathlib.Path(tempfile.mkdtemp(prefix="shoed-mosquitto-"))
         self.extra_config = extra_config
         self.proc: subprocess.Popen[bytes] | None = None
@@ -52,10 +56,16 @@ class PrivateMosquitto:
     def url(self) -> str:
         return f"mqtt://127.0.0.1:{self.port}"
 
+    @property
+    def ws_url(self) -> str | None:
+        return None if self.ws_port is None else f"ws://127.0.0.1:{self.ws_port}"
+
     def start(self, timeout: float = 10.0) -> None:
         conf = self.dir / "mosquitto.conf"
         listener = "" if "listener" in self.extra_config else (
             f"listener {self.port} 127.0.0.1\nallow_anonymous true\n")
+        if self.ws_port is not None:
+            listener += f"listener {self.ws_port} 127.0.0.1\nprotocol websockets\n"
         # Started as root, mosquitto would drop to user "mosquitto", which cannot read a
         # private temp dir: this broker is a private one, so it stays the caller's user.
         as_user = f"user {pwd.getpwuid(os.geteuid()).pw_name}\n" if os.geteuid() == 0 else ""

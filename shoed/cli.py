@@ -153,6 +153,10 @@ def _cmd_roads(args: argparse.Namespace) -> int:
     from .roads_cli import roads
 
     return roads(args)
+def _cmd_console(args: argparse.Namespace) -> int:
+    from .console.cli import console_main
+
+    return console_main(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -219,6 +223,16 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--duration", type=float, default=0, help="stop after N seconds")
     add_simulation_options(demo)
     demo.set_defaults(func=_cmd_demo)
+
+    console = sub.add_parser("console", help="the table console: a web page, live")
+    console.add_argument("--config", type=pathlib.Path, help="broker and table (default: "
+                         "built-in defaults and SHOED_ variables)")
+    console.add_argument("--listen", default=None, metavar="HOST:PORT",
+                         help="where to serve the page (default console.listen, "
+                              "127.0.0.1:8080)")
+    console.add_argument("--tables", default=None, metavar="T01,T02,...",
+                         help="the pit page's tables (default console.tables, or table.id)")
+    console.set_defaults(func=_cmd_console)
     return parser
 
 

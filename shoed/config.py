@@ -256,6 +256,17 @@ class RoadsSection(Section):
 
     rows: int = Field(default=6, ge=3, le=12)
     tail_mode: Literal["stay", "drop"] = "stay"
+class ConsoleSection(Section):
+    """`shoed console`: the web page's server, and what the page is told (docs/console.md)."""
+
+    listen: str = Field(default="127.0.0.1:8080", pattern=r"^[^:\s]+:\d{1,5}$")
+    # The broker's MQTT-over-WebSockets listener, as the browser reaches it. Default: the
+    # host of mqtt.url, port 9001, wss:// when mqtt.url is mqtts://.
+    ws_url: str | None = Field(default=None, pattern=r"^wss?://[^/\s]+(/\S*)?$")
+    tables: list[str] = Field(default_factory=list)  # the pit page's tables; [] = table.id
+    # The topic root of another table of the pit (this table's root is its own).
+    topic_template: str = Field(default="shoed/{table}", pattern=r"\{table\}")
+    whoami_timeout_s: float = Field(default=3.0, gt=0, le=60)
 
 
 class Settings(BaseSettings):
@@ -280,6 +291,7 @@ class Settings(BaseSettings):
         if sender == "anonymous":
             return self.auth.bare_topic_role
         return self.auth.roles.get(sender, self.auth.default_role)
+    console: ConsoleSection = Field(default_factory=ConsoleSection)
 
     @classmethod
     def settings_customise_sources(

@@ -37,3 +37,16 @@ def _quiet_logs():
     from shoed import logs
 
     logs.configure("json", "warning")
+
+
+@pytest.fixture
+def ws_broker():
+    """A private Mosquitto with two listeners on free loopback ports: MQTT (`port`, `url`)
+    and MQTT over WebSockets (`ws_port`, `ws_url`) for the console's page. Stop and start
+    keep both ports."""
+    from shoed.broker import PrivateMosquitto
+
+    instance = PrivateMosquitto(websockets=True)
+    instance.start()
+    yield instance
+    instance.stop()

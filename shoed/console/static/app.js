@@ -1,0 +1,68 @@
+// The console's entry point: the login, the broker connection, then the pit or a table.
+import { Link } from "./link.js";
+import { put } from "./dom.js";
+import { TablePage } from "./table.js";
+import { pitPage } from "./pit.js";
+
+const KEY = "shoed.console.login";
+
+function banner(state, detail) {
+  const el = document.getElementById("connection");
+  el.dataset.state = state;
+  el.hidden = state === "connected";
+  el.textContent = {
+    connecting: "Connecting to the broker\u2026",
+    disconnected: "Disconnected from the broker \u2014 reconnecting by itself; what is shown may be out of date",
+    refused: `The broker refused the login${detail ? `: ${detail}` : ""}`,
+  }[state] || "";
+  document.body.dataset.connection = state;
+}
+
+function start(config, login) {
+  const params = new URLSearchParams(location.search);
+  const wanted = params.get("table");
+  const view = document.getElementById("view");
+  const link = new Link(config.broker.url, login.username, login.password, (state, detail) => {
+    banner(state, detail);
+    if (state === "refused") {
+      sessionStorage.removeItem(KEY);
+      showLogin(config, `The broker refused ${login.username || "the login"}: ${detail || "not authorised"}`);
+      put(view);
+    }
+  });
+  const table = config.tables.find((t) => t.table_id === wanted) ||
+    (config.tables.length === 1 ? config.tables[0] : null);
+  if (table) {
+    document.title = `Table ${table.table_id} \u2014 shoed console`;
+    window.shoedPage = new TablePage(table.root, table.table_id, link, login.username, config, view);
+  } else {
+    document.title = "Pit \u2014 shoed console";
+    pitPage(config, link, view);
+  }
+  window.shoedLink = link;
+  link.connect();
+}
+
+function showLogin(config, error = "") {
+  const form = document.getElementById("login");
+  form.hidden = false;
+  document.getElementById("login-broker").textContent = `Broker ${config.broker.url}${config.broker.tls ? " (TLS)" : ""}`;
+  document.getElementById("login-error").textContent = error;
+  form.onsubmit = (ev) => {
+    ev.preventDefault();
+    const data = new FormData(form);
+    const login = { username: String(data.get("username") || ""), password: String(data.get("password") || "") };
+    sessionStorage.setItem(KEY, JSON.stringify(login));
+    form.hidden = true;
+    start(config, login);
+  };
+}
+
+async function main() {
+  const config = await (await fetch("/config.json", { cache: "no-store" })).json();
+  const saved = sessionStorage.getItem(KEY);
+  if (saved) start(config, JSON.parse(saved));
+  else showLogin(config);
+}
+
+main();
