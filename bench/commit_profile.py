@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from rig import make_settings  # noqa: E402
 
 from shoed.daemon import Daemon  # noqa: E402
-from shoed.simulator import Script, SimulatedShoe  # noqa: E402
+from shoed.sim.shoe import Script, SimulatedShoe  # noqa: E402
 
 
 async def main(args: argparse.Namespace) -> None:

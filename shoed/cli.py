@@ -15,7 +15,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from . import logs
     from .config import ConfigError, load_settings
     from .daemon import Daemon
-    from .journal import StorageError
+    from .store.journal import StorageError
 
     try:
         settings = load_settings(args.config)
@@ -88,13 +88,13 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
-    from .simulate_cli import simulate
+    from .sim.cli import simulate
 
     return simulate(args)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import demo
+    from .sim.demo import demo
 
     return demo(args)
 

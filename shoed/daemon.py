@@ -71,10 +71,10 @@ from .core.inputs import (
     StorageStatus,
     Tick,
 )
-from .journal import Journal, StorageError
-from .mqtt_writes import send_when_queued
+from .device.transports import SerialTransport, Transport, TransportLost, UsbTransport
+from .mqtt.writes import send_when_queued
 from .sdnotify import Notifier
-from .transport import SerialTransport, Transport, TransportLost, UsbTransport
+from .store.journal import Journal, StorageError
 
 PULL_TYPES = (Card.TYPE, CardUnread.TYPE, CutCard.TYPE)
 RETAINED_REFRESH_S = 2.0

@@ -23,7 +23,7 @@ def vectors() -> dict:
 @pytest.fixture
 def broker():
     """A private Mosquitto on a free port; the test may stop and restart it."""
-    from shoed.broker import PrivateMosquitto
+    from shoed.sim.broker import PrivateMosquitto
 
     instance = PrivateMosquitto()
     instance.start()

@@ -18,8 +18,8 @@ from typing import Any
 
 from rig import Collector, wait_for
 
-from shoed.broker import PrivateMosquitto
 from shoed.config import write_config as config_file
+from shoed.sim.broker import PrivateMosquitto
 
 LONG = os.environ.get("SHOED_FAULTS") == "long"
 

@@ -17,8 +17,8 @@ import aiomqtt
 import pytest
 from rig import rig, wait_for
 
-from shoed.broker import PrivateMosquitto, free_port
-from shoed.simulator import Script
+from shoed.sim.broker import PrivateMosquitto, free_port
+from shoed.sim.shoe import Script
 
 pytestmark = pytest.mark.broker
 ROOT = pathlib.Path(__file__).resolve().parent.parent

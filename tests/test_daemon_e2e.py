@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from rig import rig, wait_for
 
-from shoed.broker import PrivateMosquitto
 from shoed.core.game import evaluate
-from shoed.simulator import Script
+from shoed.sim.broker import PrivateMosquitto
+from shoed.sim.shoe import Script
 
 pytestmark = pytest.mark.broker
 
@@ -180,7 +180,7 @@ def test_mqtt_3_1_1(tmp_path: pathlib.Path, broker: PrivateMosquitto) -> None:
 
 def test_rfid_cards_through_the_deck_manifest(tmp_path: pathlib.Path,
                                               broker: PrivateMosquitto) -> None:
-    from shoed.simulator import rfid_manifest
+    from shoed.sim.shoe import rfid_manifest
 
     uids, csv_text = rfid_manifest(1)
     manifest = tmp_path / "deck.csv"

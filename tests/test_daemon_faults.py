@@ -13,10 +13,10 @@ from faultlab import kill_run, scale
 from rig import rig, wait_for
 from test_daemon_e2e import check_shoe
 
-from shoed.broker import PrivateMosquitto
-from shoed.simulator import Script, SimulatedShoe
-from shoed.transport import UsbTransport
-from shoed.usb_sim import SimulatedUsbBackend
+from shoed.device.transports import UsbTransport
+from shoed.sim.broker import PrivateMosquitto
+from shoed.sim.shoe import Script, SimulatedShoe
+from shoed.sim.usb import SimulatedUsbBackend
 
 pytestmark = pytest.mark.broker
 

@@ -10,7 +10,7 @@ import pathlib
 from rig import make_settings
 
 from shoed.daemon import Daemon
-from shoed.simulator import Script, SimulatedShoe
+from shoed.sim.shoe import Script, SimulatedShoe
 
 
 class Wire:

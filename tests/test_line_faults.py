@@ -14,8 +14,8 @@ from rig import rig, wait_for
 from test_daemon_e2e import check_shoe
 from test_daemon_faults import _mount_tmpfs
 
-from shoed.broker import PrivateMosquitto
-from shoed.simulator import Script
+from shoed.sim.broker import PrivateMosquitto
+from shoed.sim.shoe import Script
 
 pytestmark = pytest.mark.broker
 

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from .core.errors import ShoedError
+from shoed.core.errors import ShoedError
 
 READ_TIMEOUT_S = 0.05
 USB_PACKET = 64
