@@ -15,6 +15,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from . import logs
     from .config import ConfigError, load_settings
     from .daemon import Daemon
+    from .errors import SupervisionFailed
     from .store.journal import StorageError
 
     try:
@@ -27,6 +28,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         asyncio.run(Daemon(settings).run())
     except StorageError as error:
         logs.get().error("cannot_start", error=str(error))
+        return 1
+    except SupervisionFailed as error:
+        logs.get().error("stopped_on_failure", error=str(error))
         return 1
     except KeyboardInterrupt:
         return 0

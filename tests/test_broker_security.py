@@ -113,9 +113,9 @@ def test_acl_tls_and_authentication(tmp_path: pathlib.Path, secure_broker) -> No
                 await asyncio.sleep(0.5)
                 assert not any(x["request_id"] == "rogue-1" for x in responses)
                 assert not any(e.get("event_id") == "fake" for e in seen)
-                assert r.daemon.stats["commands"] == 1  # the rogue command never arrived
-                assert r.daemon.engine is not None
-                assert r.daemon.engine.public_state()["shoe_state"] != "shoe_voided"
+                assert r.daemon.desk.handled == 1  # the rogue command never arrived
+                assert r.daemon.recorder.engine is not None
+                assert r.daemon.recorder.engine.public_state()["shoe_state"] != "shoe_voided"
             watching.cancel()
         # No anonymous clients, no wrong passwords.
         for user, password in ((None, None), ("supervisor", "wrong")):
@@ -142,7 +142,7 @@ def test_password_never_logged(tmp_path: pathlib.Path, secure_broker,
                        script=Script(pace_s=0.05, shoes=1), collector=False,
                        mqtt={"username": "table-T9", "password_file": str(tmp_path / "pw"),
                              "ca_file": str(pki / "ca.crt")}) as r:
-            await wait_for(lambda: r.daemon.mqtt_connected, 20, "connected")
+            await wait_for(lambda: r.daemon.status.mqtt_connected, 20, "connected")
             r.daemon.log.info("probe", password="should-not-appear")
             await asyncio.sleep(1.0)
 
