@@ -143,6 +143,8 @@ class DeviceSession:
             link.send(GetInfo(), time.monotonic())
         if isinstance(message, Hello | Fault):
             self._sync_status(force=True)
+        elif inputs and isinstance(inputs[0], DeviceLink):
+            self._sync_status()  # the shoe is back (frames after a silence)
 
     def _check_serial_no(self, message: Hello, stamped: dict[str, Any]) -> None:
         expected = self.settings.device.serial_no
