@@ -152,9 +152,8 @@ class DeviceSession:
         if wrong and not self._wrong_device:
             self.log.error("wrong_device", expected=expected, got=message.serial_no,
                            action="nothing from it is ACKed or applied")
-            self._commit([Notice(**stamped, code="protocol_mismatch",
-                                 message=f"expected shoe {expected}, "
-                                 f"got {message.serial_no}: refused")])
+            refused = f"expected shoe {expected}, got {message.serial_no}: refused"
+            self._commit([Notice(**stamped, code="protocol_mismatch", message=refused)])
         self._wrong_device = wrong
 
     # -- bytes out --------------------------------------------------------------------------
@@ -196,8 +195,7 @@ class DeviceSession:
             self._flush()
 
     def stop_accepting(self) -> None:
-        """Stopping: frames are refused from now on (the shoe keeps them)."""
-        self._accepting = False
+        self._accepting = False  # stopping: frames are refused (the shoe keeps them)
 
     def _sync_status(self, force: bool = False) -> None:
         self.status.set(device_alive=bool(self.recorder.state.device.connected))
@@ -277,7 +275,7 @@ class DeviceSession:
     def stop_timer(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
-            self._timer = None
+        self._timer = None
 
     def _fire(self) -> None:
         self._timer = None
