@@ -129,7 +129,7 @@ class Daemon:
         self.supervisor.start("mqtt", self.mqtt.run)
         self.supervisor.start("housekeeping", self.housekeeping)
         self.notifier.notify(READY=1, STATUS="journal restored; device transport started")
-        self.log.info("ready", root=self.settings.topic_root,
+        self.log.info("ready", root=self.settings.topic_root, run_id=self.status.run_id,
                       instance=self.recorder.state.instance_id)
         await self._stop.wait()
         await self.shutdown()

@@ -9,6 +9,7 @@ read when a payload is made, not signalled (they change with every card).
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Callable
 from typing import Any
@@ -20,6 +21,9 @@ from shoed.clock import clock_synchronised
 class TableStatus:
     def __init__(self, table_id: str) -> None:
         self.table_id = table_id
+        self.run_id = secrets.token_hex(4)  # new at every start (not the journal's instance)
+        self.online_since: float | None = None  # first connected to the broker, this run
+        self.conflict: str | None = None  # another live daemon holds the root
         self.device_open = False  # the transport is open
         self.device_alive = False  # the engine sees the shoe (hello and no silence)
         self.mqtt_connected = False
@@ -72,6 +76,7 @@ class TableStatus:
         warnings += [f"{name} down: {why}" for name, why in sorted(self.failing.items())]
         return {
             "online": True, "table_id": self.table_id, "version": __version__,
+            "run_id": self.run_id, "online_since": self.online_since,
             "device_connected": self.device_connected, "mqtt_connected": self.mqtt_connected,
             "storage_ok": self.storage_ok, "storage_error": self.storage_error,
             "outbox": self.outbox_depth(), "last_publish": self.last_publish,
@@ -88,6 +93,8 @@ class TableStatus:
                 f"broker {broker}, outbox {self.outbox_depth()}, last publish {last}")
         if not self.storage_ok:
             text += ", STORAGE FAILED"
+        if self.conflict:
+            text += f", CONFLICT: {self.conflict}"
         for name, why in sorted(self.failing.items()):
             text += f", {name} DOWN: {why}"
         return text

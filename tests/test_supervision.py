@@ -274,3 +274,47 @@ def test_mqtt_url_that_is_not_a_broker_is_reported_within_seconds(
             assert d.stop() == 0
     finally:
         close()
+
+
+def test_a_second_daemon_on_the_same_root_backs_off_and_the_first_keeps_it(
+        tmp_path: pathlib.Path, broker: PrivateMosquitto) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+
+    async def main() -> None:
+        collector, task = await _collector(broker)
+        with daemon(tmp_path / "a", broker.url) as a, daemon(tmp_path / "b", broker.url) as b:
+            a.start_shoe(seed=5, pace=0.1)
+            a.start()
+            await wait_for(lambda: collector.retained.get("status", {}).get("run_id"), 20,
+                           "A's status with its run_id")
+            run_a = collector.retained["status"]["run_id"]
+            b.start_shoe(seed=6, pace=0.1)
+            b.start()
+            await wait_for(lambda: b.logged("table_id_conflict"), 15, "B sees A")
+            conflict = b.logged("table_id_conflict")[0]
+            run_b = b.logged("ready")[0]["run_id"]
+            assert conflict["level"] == "error" and conflict["other_run_id"] == run_a
+            assert conflict["run_id"] == run_b != run_a
+            await wait_for(lambda: any("CONFLICT" in s for s in b.notifications.statuses()),
+                           5, "B's STATUS= shows the conflict")
+            await asyncio.sleep(2.0)
+            assert not b.logged("mqtt_connected")  # B never published under the root
+            assert len(a.logged("mqtt_connected")) == 1  # A was never kicked off
+            by_seq: dict[int, set[str]] = {}
+            for e in collector.raw_events:
+                by_seq.setdefault(e["seq"], set()).add(e["event_id"])
+            assert all(len(ids) == 1 for ids in by_seq.values())  # one stream
+            assert collector.retained["status"]["run_id"] == run_a
+            # B keeps serving and journalling its shoe meanwhile.
+            dealt = (tmp_path / "b" / "dealt.txt")
+            await wait_for(lambda: dealt.exists() and len(dealt.read_text().split()) > 3, 15,
+                           "B's shoe served")
+            assert a.stop() == 0  # A goes (its status: offline); B takes the root
+            await wait_for(lambda: b.logged("mqtt_connected"), 25, "B on the broker")
+            await wait_for(lambda: collector.retained.get("status", {}).get("run_id") == run_b,
+                           10, "B's status")
+            assert b.logged("table_id_conflict_over")
+            assert b.stop() == 0
+        task.cancel()
+    asyncio.run(main())

@@ -73,8 +73,6 @@ class DeviceSession:
         recorder.on_output = self.after_output
         recorder.on_storage_failed = self.lock_gate
 
-    # -- bytes in ---------------------------------------------------------------------------
-
     def on_bytes(self, data: bytes) -> None:
         """Bytes from the shoe: decode, journal, then ACK."""
         self.link.receive_data(data, time.monotonic())
@@ -258,6 +256,8 @@ class DeviceSession:
 
     def arm_timer(self) -> None:
         """(Re)arm the one timer for whatever is due first (at most TIMER_MAX_S away)."""
+        if not self._accepting:
+            return  # stopping: the journal is about to close
         loop = asyncio.get_running_loop()
         delay = TIMER_MAX_S
         if (t := self.link.get_timer()) is not None:

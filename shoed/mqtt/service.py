@@ -21,6 +21,7 @@ import contextlib
 import json
 import socket
 import ssl
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -30,6 +31,7 @@ from shoed.aio import Wakeup, clear_stray_cancel
 from shoed.config import Settings
 from shoed.desk import CommandDesk
 from shoed.errors import BrokerError, NotABroker
+from shoed.mqtt.claim import RootTaken, check_root
 from shoed.mqtt.writes import send_when_queued
 from shoed.status import TableStatus
 from shoed.store.outbox import Outbox
@@ -39,6 +41,7 @@ RETAINED_EVERY_S = 30.0  # and at least this often
 IDLE_WAKE_S = 5.0  # the publisher looks at the outbox at least this often
 CONNECT_TIMEOUT_S = 5.0  # no CONNACK by then: whatever answers is not a usable broker
 BACKOFF_S = (0.5, 10.0)  # first and longest wait between connection attempts
+CONFLICT_BACKOFF_S = 10.0  # another daemon holds the root: look again this much later
 
 
 class MqttService:
@@ -113,6 +116,13 @@ class MqttService:
                 self.log.error("mqtt_cancelled_unexpectedly", url=self.url, cancels=stray,
                                action="reconnecting", outbox=self.outbox.depth())
                 self.status.set(mqtt_error="connection task cancelled unexpectedly")
+            except RootTaken as error:
+                backoff = CONFLICT_BACKOFF_S
+                self.log.error("table_id_conflict", root=self.root, run_id=self.status.run_id,
+                               other_run_id=error.other_run_id, retry_in_s=backoff,
+                               action="not publishing under the root; the shoe is served and "
+                               "journalled")
+                self.status.set(conflict=str(error), mqtt_error="root taken")
             except NotABroker as error:
                 self.log.error("mqtt_not_a_broker", url=self.url, error=str(error),
                                retry_in_s=backoff)
@@ -137,6 +147,11 @@ class MqttService:
         """One connection, until it breaks (raises); True once it was established."""
         args = self.client_args()
         try:
+            await check_root(args, self.root, self.status.run_id, self.status.online_since)
+            if self.status.conflict:
+                self.log.warning("table_id_conflict_over", root=self.root,
+                                 run_id=self.status.run_id)
+                self.status.set(conflict=None)
             client = aiomqtt.Client(**args)
             await client.__aenter__()
         except aiomqtt.MqttCodeError:
@@ -154,7 +169,8 @@ class MqttService:
         send_when_queued(client)  # the event's bytes leave without a loop turn
         self.client = client
         self.connects += 1
-        self.status.set(mqtt_connected=True, mqtt_error=None)
+        self.status.set(mqtt_connected=True, mqtt_error=None,
+                        online_since=self.status.online_since or time.time())
         self.log.info("mqtt_connected", url=self.url, root=self.root)
         await client.subscribe(f"{self.root}/cmd", qos=1)
         await self.publish_retained(client)
