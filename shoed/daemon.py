@@ -144,7 +144,7 @@ class Daemon:
         self.session.stop_accepting()
         self.session.stop_timer()
         await self.mqtt.farewell(DRAIN_ON_STOP_S)
-        await self.supervisor.stop(timeout=1.0)
+        await self.supervisor.stop(timeout=0.5)
         self.recorder.close()
         self.log.info("stopped")
 

@@ -105,9 +105,9 @@ class MqttService:
         backoff = BACKOFF_S[0]
         while True:
             self._alive()
-            connected = False
+            connects = self.connects
             try:
-                connected = await self._connection()
+                await self._connection()
             except asyncio.CancelledError:
                 if self.stopping:
                     raise
@@ -138,13 +138,13 @@ class MqttService:
             finally:
                 self.client = None
                 self.status.set(mqtt_connected=False)
-            if connected:
-                backoff = BACKOFF_S[0]
+            if self.connects > connects:
+                backoff = BACKOFF_S[0]  # it was connected: start the back-off afresh
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, BACKOFF_S[1])
 
-    async def _connection(self) -> bool:
-        """One connection, until it breaks (raises); True once it was established."""
+    async def _connection(self) -> None:
+        """One connection, until it breaks (raises)."""
         args = self.client_args()
         try:
             await check_root(args, self.root, self.status.run_id, self.status.online_since)
@@ -163,7 +163,6 @@ class MqttService:
         finally:
             with contextlib.suppress(Exception):
                 await client.__aexit__(None, None, None)
-        return True
 
     async def _connected(self, client: aiomqtt.Client) -> None:
         send_when_queued(client)  # the event's bytes leave without a loop turn
@@ -272,19 +271,20 @@ class MqttService:
 
     async def farewell(self, drain_s: float) -> None:
         """Stopping: let the publisher drain the outbox for up to `drain_s`, then the
-        retained offline status (within publish_timeout_s). What is not published stays
+        retained offline status (all within publish_timeout_s). What is not published stays
         in the journal for the next start."""
         self.stopping = True
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + drain_s
-        while self.client is not None and self.outbox.depth() > 0 and loop.time() < deadline:
+        started = loop.time()
+        while self.client is not None and self.outbox.depth() > 0 \
+                and loop.time() < started + drain_s:
             await asyncio.sleep(0.02)
         client = self.client
+        left = self.settings.mqtt.publish_timeout_s - (loop.time() - started)
         if client is not None:
             with contextlib.suppress(Exception):
                 await client.publish(f"{self.root}/status", json.dumps({"online": False}),
-                                     qos=1, retain=True,
-                                     timeout=self.settings.mqtt.publish_timeout_s)
+                                     qos=1, retain=True, timeout=max(left, 0.1))
 
 
 def _outcome(task: asyncio.Task[None]) -> BaseException:
