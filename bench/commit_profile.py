@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from rig import make_settings  # noqa: E402
 
 from shoed.daemon import Daemon  # noqa: E402
-from shoed.simulator import Script, SimulatedShoe  # noqa: E402
+from shoed.sim.shoe import Script, SimulatedShoe  # noqa: E402
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -30,7 +30,7 @@ async def main(args: argparse.Namespace) -> None:
     settings = make_settings(tmp / "state", "mqtt://127.0.0.1:1", "unused",
                              rules={"decks": 12})
     daemon = Daemon(settings)
-    daemon.restore()
+    daemon.build()
     shoes = args.cards // (12 * 52 - 60) + 1  # enough shoes for the cards asked for
     shoe = SimulatedShoe(decks=12, seed=1, script=Script(pace_s=0.0, shoes=shoes), now=0.0)
     now = 0.0
@@ -41,22 +41,23 @@ async def main(args: argparse.Namespace) -> None:
         data = shoe.data_to_send()
         if data:
             wire.append(data)
-            daemon.link.receive_data(data, now)  # type: ignore[union-attr]
-            while (event := daemon.link.next_event()) is not None:  # type: ignore[union-attr]
+            link = daemon.session.link
+            link.receive_data(data, now)
+            while (event := link.next_event()) is not None:
                 if hasattr(event, "seq") and hasattr(event, "dedup_after"):
-                    daemon.link.ack(event.seq)  # type: ignore[union-attr]
-            shoe.receive_data(daemon.link.data_to_send(), now)  # type: ignore[union-attr]
+                    link.ack(event.seq)
+            shoe.receive_data(link.data_to_send(), now)
     # Replay the same bytes into a fresh daemon, timed.
     tmp2 = pathlib.Path(tempfile.mkdtemp())
     daemon = Daemon(make_settings(tmp2 / "state", "mqtt://127.0.0.1:1", "unused",
                                   rules={"decks": 12}))
-    daemon.restore()
+    daemon.build()
     profiler = cProfile.Profile() if args.profile else None
     start = time.perf_counter()
     if profiler:
         profiler.enable()
     for data in wire:
-        daemon.on_bytes(data)
+        daemon.session.on_bytes(data)
     if profiler:
         profiler.disable()
     elapsed = time.perf_counter() - start

@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from shoed.core.engine import Engine, EngineConfig  # noqa: E402
 from shoed.core.inputs import DeviceHello, DeviceItem, DeviceShoeLoaded, Input  # noqa: E402
-from shoed.journal import Journal  # noqa: E402
+from shoed.store.journal import Journal  # noqa: E402
 
 RANKS = "A23456789TJQK"
 SUITS = "SHDC"
@@ -108,7 +108,7 @@ def measure(state: pathlib.Path) -> None:
     assert found == [], found
     journal.close()
     # A kill -9: a child opens the journal, writes, and dies without closing it.
-    code = ("import os, pathlib, sys; from shoed.journal import Journal; "
+    code = ("import os, pathlib, sys; from shoed.store.journal import Journal; "
             "j = Journal(pathlib.Path(sys.argv[1]));\n"
             "with j.transaction(): j.set_meta('bench', 'x')\n"
             "os._exit(0)")

@@ -37,9 +37,9 @@ from quiet import ignore_closed_subscriber_writer  # noqa: E402
 
 from firmware_protocol import Delivered  # noqa: E402
 from firmware_protocol.messages import Card  # noqa: E402
-from shoed.broker import PrivateMosquitto  # noqa: E402
 from shoed.config import write_config  # noqa: E402
-from shoed.simulator import PtyShoe, Script, SimulatedShoe  # noqa: E402
+from shoed.sim.broker import PrivateMosquitto  # noqa: E402
+from shoed.sim.shoe import PtyShoe, Script, SimulatedShoe  # noqa: E402
 
 
 class TimedShoe(SimulatedShoe):

@@ -35,8 +35,8 @@ sys.path.insert(0, str(ROOT))
 from procfs import cpu_seconds, rss_kb  # noqa: E402
 from quiet import ignore_closed_subscriber_writer  # noqa: E402
 
-from shoed.broker import PrivateMosquitto  # noqa: E402
 from shoed.config import write_config  # noqa: E402
+from shoed.sim.broker import PrivateMosquitto  # noqa: E402
 
 
 def config(tmp: pathlib.Path, table: str, port: int) -> pathlib.Path:

@@ -20,7 +20,7 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from shoed.simulator import PtyShoe, Script, SimulatedShoe  # noqa: E402
+from shoed.sim.shoe import PtyShoe, Script, SimulatedShoe  # noqa: E402
 
 
 async def main(base: pathlib.Path, tables: int, pace: float) -> None:

@@ -21,11 +21,11 @@ from typing import Any
 
 import aiomqtt
 
-from shoed.broker import PrivateMosquitto, free_port
 from shoed.config import Settings
 from shoed.console import start_console
 from shoed.daemon import Daemon
-from shoed.simulator import PtyShoe, Script, SimulatedShoe
+from shoed.sim.broker import PrivateMosquitto, free_port
+from shoed.sim.shoe import PtyShoe, Script, SimulatedShoe
 
 ROWS = 6
 PAUSE_AT = 18

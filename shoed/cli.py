@@ -15,7 +15,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from . import logs
     from .config import ConfigError, load_settings
     from .daemon import Daemon
-    from .journal import StorageError
+    from .errors import SupervisionFailed
+    from .store.journal import StorageError
 
     try:
         settings = load_settings(args.config)
@@ -29,6 +30,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         asyncio.run(Daemon(settings).run())
     except StorageError as error:
         logs.get().error("cannot_start", error=str(error))
+        return 1
+    except SupervisionFailed as error:
+        logs.get().error("stopped_on_failure", error=str(error))
         return 1
     except KeyboardInterrupt:
         return 0
@@ -52,7 +56,7 @@ def _cmd_check_config(args: argparse.Namespace) -> int:
 
 
 def _cmd_check_journal(args: argparse.Namespace) -> int:
-    from .journal_check import check_journal
+    from .store.check import check_journal
 
     ok, lines = check_journal(args.path)
     for line in lines:
@@ -138,13 +142,13 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
-    from .simulate_cli import simulate
+    from .sim.cli import simulate
 
     return simulate(args)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import demo
+    from .sim.demo import demo
 
     return demo(args)
 

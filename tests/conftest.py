@@ -23,7 +23,7 @@ def vectors() -> dict:
 @pytest.fixture
 def broker():
     """A private Mosquitto on a free port; the test may stop and restart it."""
-    from shoed.broker import PrivateMosquitto
+    from shoed.sim.broker import PrivateMosquitto
 
     instance = PrivateMosquitto()
     instance.start()
@@ -44,7 +44,7 @@ def ws_broker():
     """A private Mosquitto with two listeners on free loopback ports: MQTT (`port`, `url`)
     and MQTT over WebSockets (`ws_port`, `ws_url`) for the console's page. Stop and start
     keep both ports."""
-    from shoed.broker import PrivateMosquitto
+    from shoed.sim.broker import PrivateMosquitto
 
     instance = PrivateMosquitto(websockets=True)
     instance.start()

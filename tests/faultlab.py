@@ -18,10 +18,11 @@ from typing import Any
 
 from rig import Collector, wait_for
 
-from shoed.broker import PrivateMosquitto
 from shoed.config import write_config as config_file
+from shoed.sim.broker import PrivateMosquitto
 
 LONG = os.environ.get("SHOED_FAULTS") == "long"
+HARNESS = pathlib.Path(__file__).resolve().parent / "daemon_harness.py"
 
 
 def scale(short: int, long: int) -> int:
@@ -55,7 +56,7 @@ def start_daemon(config: pathlib.Path, log: pathlib.Path, crash_after: int = 0
     if crash_after:
         env["SHOED_TEST_CRASH_AFTER_COMMIT"] = str(crash_after)
     with open(log, "ab") as out:
-        return subprocess.Popen([sys.executable, "-m", "shoed.cli", "run", "--config",
+        return subprocess.Popen([sys.executable, str(HARNESS), "run", "--config",
                                  str(config)], stdout=out, stderr=out, env=env)
 
 

@@ -13,10 +13,10 @@ from typing import Any
 
 import aiomqtt
 
-from shoed.broker import PrivateMosquitto
 from shoed.config import Settings
 from shoed.daemon import Daemon
-from shoed.simulator import PtyShoe, Script, SimulatedShoe
+from shoed.sim.broker import PrivateMosquitto
+from shoed.sim.shoe import PtyShoe, Script, SimulatedShoe
 
 
 def make_settings(state_dir: pathlib.Path, url: str, port: str = "", **sections: Any

@@ -17,8 +17,8 @@ import aiomqtt
 import pytest
 from rig import rig, wait_for
 
-from shoed.broker import PrivateMosquitto, free_port
-from shoed.simulator import Script
+from shoed.sim.broker import PrivateMosquitto, free_port
+from shoed.sim.shoe import Script
 
 pytestmark = pytest.mark.broker
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -29,11 +29,17 @@ def make_pki(directory: pathlib.Path) -> None:
     def run(*args: str) -> None:
         subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=directory)
 
+    # Key usage on the CA, as Python 3.13's strict X.509 verification requires.
     run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=shoed-ca",
+        "-addext", "basicConstraints=critical,CA:TRUE",
+        "-addext", "keyUsage=critical,keyCertSign,cRLSign",
         "-keyout", "ca.key", "-out", "ca.crt")
     run("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1", "-keyout",
         "broker.key", "-out", "broker.csr")
-    (directory / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    (directory / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n"
+                                       "keyUsage=critical,digitalSignature,keyEncipherment\n"
+                                       "extendedKeyUsage=serverAuth\n"
+                                       "authorityKeyIdentifier=keyid,issuer\n")
     run("x509", "-req", "-in", "broker.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
         "-CAcreateserial", "-days", "2", "-out", "broker.crt", "-extfile", "san.ext")
 
@@ -113,9 +119,9 @@ def test_acl_tls_and_authentication(tmp_path: pathlib.Path, secure_broker) -> No
                 await asyncio.sleep(0.5)
                 assert not any(x["request_id"] == "rogue-1" for x in responses)
                 assert not any(e.get("event_id") == "fake" for e in seen)
-                assert r.daemon.stats["commands"] == 1  # the rogue command never arrived
-                assert r.daemon.engine is not None
-                assert r.daemon.engine.public_state()["shoe_state"] != "shoe_voided"
+                assert r.daemon.desk.handled == 1  # the rogue command never arrived
+                assert r.daemon.recorder.engine is not None
+                assert r.daemon.recorder.engine.public_state()["shoe_state"] != "shoe_voided"
             watching.cancel()
         # No anonymous clients, no wrong passwords.
         for user, password in ((None, None), ("supervisor", "wrong")):
@@ -142,7 +148,7 @@ def test_password_never_logged(tmp_path: pathlib.Path, secure_broker,
                        script=Script(pace_s=0.05, shoes=1), collector=False,
                        mqtt={"username": "table-T9", "password_file": str(tmp_path / "pw"),
                              "ca_file": str(pki / "ca.crt")}) as r:
-            await wait_for(lambda: r.daemon.mqtt_connected, 20, "connected")
+            await wait_for(lambda: r.daemon.status.mqtt_connected, 20, "connected")
             r.daemon.log.info("probe", password="should-not-appear")
             await asyncio.sleep(1.0)
 

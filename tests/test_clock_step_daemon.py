@@ -19,7 +19,7 @@ import time
 import pytest
 from rig import Collector, wait_for
 
-from shoed.broker import PrivateMosquitto
+from shoed.sim.broker import PrivateMosquitto
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 # Debian's multiarch place (installed by scripts/bootstrap).

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from shoed.cli import main
 from shoed.config import ConfigError, load_manifest, load_settings
-from shoed.journal import StorageError, prepare_state_dir
+from shoed.store.journal import StorageError, prepare_state_dir
 
 
 def write(tmp_path: pathlib.Path, text: str) -> pathlib.Path:

@@ -13,7 +13,7 @@ import aiomqtt
 import pytest
 from rig import wait_for
 
-from shoed.broker import PrivateMosquitto, free_port
+from shoed.sim.broker import PrivateMosquitto, free_port
 
 pytestmark = pytest.mark.broker
 ROOT = pathlib.Path(__file__).resolve().parent.parent

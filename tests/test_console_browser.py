@@ -26,7 +26,7 @@ from console_support import (
 from rig import rig, wait_for
 from test_console_acl import acl_broker  # noqa: F401 - the fixture, used below
 
-from shoed.simulator import Script
+from shoed.sim.shoe import Script
 
 pytestmark = [pytest.mark.browser, pytest.mark.once, pytest.mark.broker]
 

@@ -116,7 +116,7 @@ def test_bad_options_are_refused_naming_them() -> None:
 
 
 def test_shoed_console_prints_its_url_and_serves(tmp_path: pathlib.Path) -> None:
-    from shoed.broker import free_port
+    from shoed.sim.broker import free_port
 
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "shoed.cli", "console", "--listen",

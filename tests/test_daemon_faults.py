@@ -13,10 +13,10 @@ from faultlab import kill_run, scale
 from rig import rig, wait_for
 from test_daemon_e2e import check_shoe
 
-from shoed.broker import PrivateMosquitto
-from shoed.simulator import Script, SimulatedShoe
-from shoed.transport import UsbTransport
-from shoed.usb_sim import SimulatedUsbBackend
+from shoed.device.transports import UsbTransport
+from shoed.sim.broker import PrivateMosquitto
+from shoed.sim.shoe import Script, SimulatedShoe
+from shoed.sim.usb import SimulatedUsbBackend
 
 pytestmark = pytest.mark.broker
 
@@ -45,7 +45,7 @@ def test_usb_path_with_unplug_and_replug(tmp_path: pathlib.Path,
                 await wait_for(lambda: any(a["code"] == "device_lost" and not a["active"]
                                            for a in c.of("alarm")), 15, "device_lost cleared")
                 await wait_for(lambda: c.of("shoe_ended"), 60, "the shoe to end")
-                await wait_for(lambda: r.daemon._outbox_depth() == 0, 10, "outbox drained")
+                await wait_for(lambda: r.daemon.outbox.depth() == 0, 10, "outbox drained")
                 check_shoe(c.events, shoe.dealt)
                 await wait_for(lambda: c.retained.get("device", {}).get("connected") is True,
                                10, "device topic says connected")
@@ -67,7 +67,7 @@ def test_pty_closed_and_reopened(tmp_path: pathlib.Path, broker: PrivateMosquitt
             await asyncio.sleep(0.5)
             r.pty.plug()  # a new pty behind the same symlink, as udev's /dev/shoe
             await wait_for(lambda: c.of("shoe_ended"), 60, "the shoe to end")
-            await wait_for(lambda: r.daemon._outbox_depth() == 0, 10, "outbox drained")
+            await wait_for(lambda: r.daemon.outbox.depth() == 0, 10, "outbox drained")
             check_shoe(c.events, r.shoe.dealt)
             assert any(a["code"] == "device_lost" and not a["active"] for a in c.of("alarm"))
     asyncio.run(main())
@@ -99,7 +99,7 @@ def test_disk_full_stops_acks_then_recovers_without_loss(tmp_path: pathlib.Path,
             with open(filler, "wb", buffering=0) as f, pytest.raises(OSError):
                 while True:
                     f.write(b"\0" * 65536)
-            await wait_for(lambda: not r.daemon.storage_ok, 15, "storage_failed")
+            await wait_for(lambda: not r.daemon.status.storage_ok, 15, "storage_failed")
             await wait_for(lambda: c.retained.get("status", {}).get("storage_ok") is False,
                            10, "status says storage failed")
             refused = await c.send({"request_id": "s1", "command": "end_shoe",
@@ -110,9 +110,9 @@ def test_disk_full_stops_acks_then_recovers_without_loss(tmp_path: pathlib.Path,
             # locked, so the shoe deals nothing more); both stop the cards at the shoe.
             assert r.shoe.link.pending_count >= 1 or r.shoe.gate_locked
             filler.unlink()
-            await wait_for(lambda: r.daemon.storage_ok, 20, "storage back")
+            await wait_for(lambda: r.daemon.status.storage_ok, 20, "storage back")
             await wait_for(lambda: c.of("shoe_ended"), 60, "the shoe to end")
-            await wait_for(lambda: r.daemon._outbox_depth() == 0, 10, "outbox drained")
+            await wait_for(lambda: r.daemon.outbox.depth() == 0, 10, "outbox drained")
             codes = [(a["code"], a["active"]) for a in c.of("alarm")]
             assert ("storage_failed", True) in codes and ("storage_failed", False) in codes
             check_shoe(c.events, r.shoe.dealt)

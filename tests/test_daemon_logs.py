@@ -10,7 +10,7 @@ from rig import make_settings
 from table import Table
 
 from shoed import logs
-from shoed.daemon import Daemon
+from shoed.eventlog import EventLog
 
 
 def _dealt_hand_events() -> list:
@@ -29,11 +29,11 @@ def test_card_events_are_logged_only_at_debug(tmp_path: pathlib.Path, level: str
     assert {"card", "hand_result"} <= {e.type for e in events}
     logs.configure("json", level)
     try:
-        daemon = Daemon(make_settings(tmp_path / "state", "mqtt://127.0.0.1:1",
-                                      log={"level": level}))
+        settings = make_settings(tmp_path / "state", "mqtt://127.0.0.1:1", log={"level": level})
+        log = EventLog(logs.get("shoed"), settings.log.level)
         capsys.readouterr()
         for event in events:
-            daemon._log_event(event)
+            log.write(event)
     finally:
         logs.configure("json", "warning")
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line]

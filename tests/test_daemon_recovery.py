@@ -10,39 +10,28 @@ import pathlib
 from rig import make_settings
 
 from shoed.daemon import Daemon
-from shoed.simulator import Script, SimulatedShoe
-
-
-class Wire:
-    """What the daemon writes to the shoe, kept until the shoe reads it."""
-
-    def __init__(self) -> None:
-        self.sent = bytearray()
-
-    def write(self, data: bytes) -> None:
-        self.sent += data
-
-    def take(self) -> bytes:
-        data, self.sent = bytes(self.sent), bytearray()
-        return data
+from shoed.device.loopback import LoopbackTransport
+from shoed.sim.shoe import Script, SimulatedShoe
 
 
 async def _deal(daemon: Daemon, cards: int) -> None:
-    """Feed a simulated shoe's frames to the daemon as the transport would, the event
-    loop turning between them (gate and indicator frames go out on its next turn)."""
+    """Feed a simulated shoe's frames to the daemon through the loopback transport, the
+    event loop turning between them (gate and indicator frames go out on its next turn)."""
     shoe = SimulatedShoe(decks=1, seed=4, script=Script(pace_s=0.0, shoes=1), now=0.0)
     now = 0.0
-    wire = Wire()
-    daemon.transport, daemon.device_connected = wire, True  # type: ignore[assignment]
+    line = LoopbackTransport()
+    line.receive_with(daemon.session.on_bytes)
+    await line.open()
+    daemon.session.transport = line
     for _ in range(10_000):
         if shoe.cards_dealt >= cards:
             return
         now += 0.01
         shoe.poll(now)
         if data := shoe.data_to_send():
-            daemon.on_bytes(data)
+            line.feed(data)
         await asyncio.sleep(0)
-        shoe.receive_data(wire.take(), now)
+        shoe.receive_data(line.take(), now)
     raise AssertionError(f"the shoe dealt {shoe.cards_dealt} of {cards} cards")
 
 
@@ -52,20 +41,19 @@ def test_crash_after_publish_before_outbox_rows_regenerates_the_same_events(
 
     async def crashed_run() -> list[tuple[int, str]]:
         daemon = Daemon(settings)
-        daemon.restore()
+        daemon.build()
         await _deal(daemon, 30)
-        handed_over = list(daemon._fresh)  # what the publisher would send now
-        assert daemon._unwritten, "the outbox rows are still to be written"
-        on_disk = daemon.journal.unpublished(10_000) if daemon.journal else []
+        handed_over = list(daemon.outbox.fresh)  # what the publisher would send now
+        assert daemon.outbox.unwritten, "the outbox rows are still to be written"
+        on_disk = daemon.recorder.journal.unpublished(10_000)
         assert len(on_disk) < len(handed_over)
-        daemon.journal.close()  # type: ignore[union-attr]  # "kill -9": nothing more
+        daemon.recorder.journal.close()  # "kill -9": nothing more
         return handed_over
 
     handed_over = asyncio.run(crashed_run())
     assert [seq for seq, _ in handed_over] == list(range(1, len(handed_over) + 1))
 
     restarted = Daemon(settings)
-    restarted.restore()
-    assert restarted.journal is not None
-    assert restarted.journal.unpublished(10_000) == handed_over  # same seq, same bytes
-    assert restarted.engine is not None and restarted.engine.seq == handed_over[-1][0]
+    restarted.build()
+    assert restarted.recorder.journal.unpublished(10_000) == handed_over  # same seq, bytes
+    assert restarted.recorder.engine.seq == handed_over[-1][0]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pathlib
 
-from shoed.journal import Journal
+from shoed.store.journal import Journal
 
 
 def test_new_journal_uses_small_pages_and_no_checkpoint_inside_commits(

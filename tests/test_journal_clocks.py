@@ -12,8 +12,8 @@ import pathlib
 
 import pytest
 
-from shoed.journal import Journal
-from shoed.uptime import Uptime
+from shoed.store.journal import Journal
+from shoed.store.uptime import Uptime
 
 DAY = 86400.0
 HOUR = 3600.0

@@ -18,14 +18,14 @@ import sys
 
 import pytest
 
-from shoed.journal import Journal, JournalDamaged, StorageError
-from shoed.journal_check import check_journal, read_wal_index
+from shoed.store.check import check_journal, read_wal_index
+from shoed.store.journal import Journal, JournalDamaged, StorageError
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 CRASH = """
 import os, pathlib, sys
-from shoed.journal import Journal
+from shoed.store.journal import Journal
 j = Journal(pathlib.Path(sys.argv[1]))
 for i in range(int(sys.argv[2])):
     with j.transaction():
@@ -135,7 +135,7 @@ def test_process_ending_without_close_is_not_damage(tmp_path: pathlib.Path) -> N
     closes its SQLite connection at exit: SQLite checkpoints and deletes the log. That is
     no damage, and nothing is lost."""
     state = tmp_path / "state"
-    code = ("import pathlib, sys; from shoed.journal import Journal; "
+    code = ("import pathlib, sys; from shoed.store.journal import Journal; "
             "j = Journal(pathlib.Path(sys.argv[1]))\n"
             "with j.transaction(): j.add_event(1, 'T-x-1', 'card', '{}')\n"
             "raise SystemExit(3)")
@@ -338,7 +338,10 @@ def test_daemon_runs_the_full_check_after_ready_and_logs_what_it_finds(
 
     from rig import make_settings
 
+    from shoed import logs
     from shoed.daemon import Daemon
+    from shoed.status import TableStatus
+    from shoed.store.recorder import Recorder
 
     state = tmp_path / "state"
     clean(state, commits=300)
@@ -346,12 +349,12 @@ def test_daemon_runs_the_full_check_after_ready_and_logs_what_it_finds(
     with open(db(state), "r+b") as f:
         f.seek((pages[len(pages) // 2] - 1) * size)
         f.write(b"\xee" * 64)
-    daemon = Daemon(make_settings(state, "mqtt://127.0.0.1:1"))
-    daemon.restore()  # a clean stop: no check before READY
+    settings = make_settings(state, "mqtt://127.0.0.1:1")
+    recorder = Recorder.open(settings, Daemon(settings).engine_config, TableStatus("T9"),
+                             logs.get("shoed"))  # a clean stop: no check before READY
     capsys.readouterr()
-    asyncio.run(daemon.integrity_check())  # the task run() starts after READY
-    assert daemon.journal is not None
-    daemon.journal.close()
+    asyncio.run(recorder.integrity_check())  # the task run() starts after READY
+    recorder.journal.close()
     out = capsys.readouterr().out
     assert '"journal_corrupt"' in out and '"level": "error"' in out, out
     refused(state, "integrity_check")

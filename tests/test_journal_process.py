@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from shoed.journal import Journal
+from shoed.store.journal import Journal
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 

@@ -14,8 +14,8 @@ from rig import rig, wait_for
 from test_daemon_e2e import check_shoe
 from test_daemon_faults import _mount_tmpfs
 
-from shoed.broker import PrivateMosquitto
-from shoed.simulator import Script
+from shoed.sim.broker import PrivateMosquitto
+from shoed.sim.shoe import Script
 
 pytestmark = pytest.mark.broker
 
@@ -35,10 +35,10 @@ def test_line_faults_lose_and_double_nothing(tmp_path: pathlib.Path, broker: Pri
             async with rig(where, broker, decks=1,
                            seed=100 + shoe_no, script=script) as r:
                 await wait_for(lambda: r.collector.of("shoe_ended"), 120, "the shoe to end")
-                await wait_for(lambda: r.daemon._outbox_depth() == 0, 10, "outbox drained")
+                await wait_for(lambda: r.daemon.outbox.depth() == 0, 10, "outbox drained")
                 check_shoe(r.collector.events, r.shoe.dealt)
                 assert not [a for a in r.collector.of("alarm") if a["code"] == "cards_lost"]
-                link = r.daemon.link
+                link = r.daemon.session.link
                 assert link is not None
                 if fault in ("duplicated", "storm"):
                     assert link.stats["duplicates"] > 0
@@ -127,13 +127,13 @@ def test_broker_outages_at_random_points(tmp_path: pathlib.Path, broker: Private
                 broker.stop(kill=how == "kill")
                 await asyncio.sleep(rng.uniform(0.2, 1.5))
                 broker.start()
-            engine = r.daemon.engine
+            engine = r.daemon.recorder.engine
             assert engine is not None
             await wait_for(lambda: engine.public_state()["shoe_state"] == "shoe_ended", 240,
                            "the shoe to end")
-            await wait_for(lambda: r.daemon._outbox_depth() == 0, 30, "outbox drained")
+            await wait_for(lambda: r.daemon.outbox.depth() == 0, 30, "outbox drained")
             await wait_for(lambda: r.collector.connected.is_set(), 10, "collector back")
-            await wait_for(lambda: r.daemon.mqtt_connected, 20, "daemon back on the broker")
+            await wait_for(lambda: r.daemon.status.mqtt_connected, 20, "daemon back on the broker")
             await asyncio.sleep(0.5)  # its command subscription is in place
             # Events the broker delivered while the collector was not yet subscribed again
             # (no broker persistence) come back through `replay`, as for any consumer.

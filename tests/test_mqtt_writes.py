@@ -1,4 +1,4 @@
-"""shoed.mqtt_writes: packets leave when paho queues them, against a real Mosquitto."""
+"""shoed.mqtt.writes: packets leave when paho queues them, against a real Mosquitto."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import socket
 import aiomqtt
 import pytest
 
-from shoed.mqtt_writes import send_when_queued
+from shoed.mqtt.writes import send_when_queued
 
 pytestmark = pytest.mark.broker
 

@@ -15,8 +15,8 @@ import time
 
 import pytest
 
-from shoed.broker import PrivateMosquitto
-from shoed.journal import Journal
+from shoed.sim.broker import PrivateMosquitto
+from shoed.store.journal import Journal
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 UNIT = ROOT / "systemd" / "shoed.service"

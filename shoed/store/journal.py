@@ -15,7 +15,7 @@ journal that is damaged or foreign is refused (JournalDamaged, naming the file a
 problem) and never silently replaced by a new one; only `new_journal=True` (the
 operator's `--new-journal`) moves the damaged files aside and starts a new journal with
 a new instance id. What must be remembered across restarts is aged on the wall clock and
-on an uptime kept here (shoed/uptime.py), and forgotten only when old by both.
+on an uptime kept here (shoed/store/uptime.py), and forgotten only when old by both.
 """
 
 from __future__ import annotations
@@ -35,8 +35,9 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
-from .core.errors import ShoedError
-from .journal_check import (
+from shoed.core.errors import ShoedError
+
+from .check import (
     DB_NAME,
     ID_NAME,
     LOCK_NAME,
@@ -291,7 +292,7 @@ class Journal:
 
     @property
     def uptime(self) -> Uptime:
-        """The uptime accumulated across runs (shoed/uptime.py): engine inputs carry
+        """The uptime accumulated across runs (shoed/store/uptime.py): engine inputs carry
         `mono=journal.uptime.now()`."""
         assert self._uptime is not None
         return self._uptime

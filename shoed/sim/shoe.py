@@ -3,7 +3,7 @@
 :class:`SimulatedShoe` is sans-IO like the link it wraps: `receive_data(data, now)`,
 `data_to_send()`, `poll(now)` (deal when it is time) and `next_wakeup()`. Adapters put it
 on a pseudo-terminal (:class:`PtyShoe`), a TCP port (:class:`TcpShoe`, for pyserial's
-``socket://``) or a pyusb backend (:mod:`shoed.usb_sim`).
+``socket://``) or a pyusb backend (:mod:`shoed.sim.usb`).
 
 The dealer deals seeded shuffled shoes and follows the procedure: commencement card and
 its burns, then a burn and the hand's cards, as the drawing rules ask (it mirrors the
@@ -41,14 +41,13 @@ from firmware_protocol import (
     optical_code,
 )
 from firmware_protocol.messages import Capability
-
-from .aio import wait_event
-from .core.cards import ALL_CARDS
-from .core.config import EngineConfig
-from .core.engine import Engine
-from .core.errors import RulesError
-from .core.game import PB_POSITIONS, next_needed
-from .core.inputs import DeviceItem, DeviceShoeLoaded
+from shoed.aio import wait_event
+from shoed.core.cards import ALL_CARDS
+from shoed.core.config import EngineConfig
+from shoed.core.engine import Engine
+from shoed.core.errors import RulesError
+from shoed.core.game import PB_POSITIONS, next_needed
+from shoed.core.inputs import DeviceItem, DeviceShoeLoaded
 
 CUT = "CUT"
 ALL_CAPS = int(Capability.OPTICAL_READER | Capability.EXIT_GATE | Capability.INDICATOR_LIGHT

@@ -17,7 +17,7 @@ from typing import Any
 import usb.backend
 import usb.core
 
-from .simulator import SimulatedShoe
+from .shoe import SimulatedShoe
 
 VID, PID = 0x1209, 0xBAC0
 EP_OUT, EP_IN = 0x01, 0x81

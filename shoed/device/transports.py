@@ -15,17 +15,13 @@ import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from .core.errors import ShoedError
+from shoed.errors import TransportLost
 
 READ_TIMEOUT_S = 0.05
 USB_PACKET = 64
 USB_INTERFACE = 0
 USB_EP_OUT = 0x01
 USB_EP_IN = 0x81
-
-
-class TransportLost(ShoedError):
-    """The device went away (unplugged, pty closed, I/O error)."""
 
 
 class Transport(Protocol):
@@ -244,3 +240,16 @@ class UsbTransport(_ThreadedTransport):
             with contextlib.suppress(Exception):
                 usb.util.release_interface(self._device, USB_INTERFACE)
             usb.util.dispose_resources(self._device)
+
+
+def _serial(device: Any) -> Transport:
+    return SerialTransport(device.port, device.baudrate)
+
+
+def _usb(device: Any) -> Transport:
+    return UsbTransport(device.vid, device.pid)
+
+
+# `device.transport` -> how to build it from the device section. Room for "tcp" (today
+# a shoe on TCP is reached through serial's `socket://host:port` URLs).
+TRANSPORTS: dict[str, Callable[[Any], Transport]] = {"serial": _serial, "usb": _usb}

@@ -19,12 +19,13 @@ from typing import Any
 
 import aiomqtt
 
-from . import logs
+from shoed import logs
+from shoed.config import ConfigError, Settings, load_settings
+from shoed.daemon import Daemon
+
 from .broker import PrivateMosquitto, answers
-from .config import ConfigError, Settings, load_settings
-from .daemon import Daemon
-from .simulate_cli import build_shoe
-from .simulator import PtyShoe
+from .cli import build_shoe
+from .shoe import PtyShoe
 
 SUITS = {"S": "♠", "H": "♥", "D": "♦", "C": "♣"}
 RESET, BOLD, DIM, RED, GREEN, BLUE, YELLOW = (
@@ -170,8 +171,9 @@ async def _demo(args: argparse.Namespace) -> int:
     transport_factory = None
     pty: PtyShoe | None = None
     if args.usb:
-        from .transport import UsbTransport
-        from .usb_sim import SimulatedUsbBackend
+        from shoed.device.transports import UsbTransport
+
+        from .usb import SimulatedUsbBackend
 
         backend = SimulatedUsbBackend(shoe)
         backend.start()

@@ -8,7 +8,7 @@ import contextlib
 import random
 import sys
 
-from .simulator import PtyShoe, Script, SimulatedShoe, TcpShoe, rfid_manifest
+from .shoe import PtyShoe, Script, SimulatedShoe, TcpShoe, rfid_manifest
 
 
 def build_shoe(args: argparse.Namespace, now: float, default_pace: float = 1.0

@@ -1,0 +1,1 @@
+"""The shoe's side: transports, frames to engine inputs, the link session."""

@@ -1,0 +1,70 @@
+"""Device messages -> engine inputs, and the one place inputs get their time stamps."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from firmware_protocol import Card, CardUnread, CutCard, Fault, Hello, Malformed, ShoeLoaded
+from firmware_protocol.messages import OpticalCode, RfidCode, UnidentifiedCode
+from shoed.core.inputs import DeviceFault, DeviceHello, DeviceItem, DeviceShoeLoaded, Input, Notice
+from shoed.store.uptime import Uptime
+
+PULL_TYPES = (Card.TYPE, CardUnread.TYPE, CutCard.TYPE)
+
+
+def stamp(uptime: Uptime | None) -> dict[str, Any]:
+    """The time fields every input built by the shell carries: `at`, wall time now (for
+    timestamps), and `mono`, the journal's uptime (for every duration: an NTP step of the
+    wall clock moves no timeout; docs/decisions.md, "clocks")."""
+    return {"at": time.time(), "mono": uptime.now() if uptime is not None else None}
+
+
+def message_to_inputs(message: Any, stamped: dict[str, Any], manifest: dict[str, str] | None,
+                      min_quality: int) -> list[Input]:
+    """Translate one decoded device message into engine inputs (maybe none); `stamped`
+    is :func:`stamp`'s result for the frame."""
+    if isinstance(message, Hello):
+        return [DeviceHello(**stamped, boot_id=message.boot_id,
+                            capabilities=message.capabilities,
+                            fw_version=message.fw_version, serial_no=message.serial_no)]
+    if isinstance(message, ShoeLoaded):
+        return [DeviceShoeLoaded(**stamped)]
+    if isinstance(message, Fault):
+        return [DeviceFault(**stamped, code=message.code, active=bool(message.active))]
+    if isinstance(message, Card):
+        identity = message.identity
+        base = {**stamped, "pull_id": message.pull_id, "pull_pos": message.pull_pos,
+                "pull_size": message.pull_size, "device_card_index": message.card_index,
+                "problem": message.payload_problem}
+        if isinstance(identity, OpticalCode):
+            if message.quality < min_quality:
+                return [DeviceItem(item="unread", **base)]
+            return [DeviceItem(item="card", card=identity.notation, **base)]
+        if isinstance(identity, RfidCode):
+            card = (manifest or {}).get(identity.uid_hex)
+            if card is None:
+                return [DeviceItem(item="card", status="foreign", uid=identity.uid_hex, **base)]
+            if message.quality < min_quality:
+                return [DeviceItem(item="unread", uid=identity.uid_hex, **base)]
+            return [DeviceItem(item="card", card=card, uid=identity.uid_hex, **base)]
+        assert isinstance(identity, UnidentifiedCode)
+        return [DeviceItem(item="unread", **base)]
+    if isinstance(message, CardUnread):
+        return [DeviceItem(**stamped, item="unread", pull_id=message.pull_id,
+                           pull_pos=message.pull_pos, pull_size=message.pull_size,
+                           device_card_index=message.card_index,
+                           problem=message.payload_problem)]
+    if isinstance(message, CutCard):
+        return [DeviceItem(**stamped, item="cut", pull_id=message.pull_id,
+                           pull_pos=message.pull_pos, pull_size=message.pull_size,
+                           problem=message.payload_problem)]
+    if isinstance(message, Malformed):
+        problem = f"type 0x{message.type_code:02x}: {message.problem}"
+        if message.type_code in PULL_TYPES:
+            # Pull fields unreadable: an item left the shoe, the pull is incomplete.
+            item = "cut" if message.type_code == CutCard.TYPE else "unread"
+            return [DeviceItem(**stamped, item=item, pull_id=None, pull_pos=None,
+                               pull_size=None, problem=problem)]
+        return [Notice(**stamped, code="bad_payload", message=problem)]
+    return []  # HEARTBEAT: its content need not be kept

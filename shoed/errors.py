@@ -1,0 +1,42 @@
+"""shoed's exceptions, in one tree (as python-can's ``exceptions.py`` keeps its own)::
+
+    ShoedError                      shoed.core.errors: the base of every error of ours
+     ├── CardNotationError          core: a card string that is not rank + suit
+     ├── RulesError                 core: a hand the drawing rules cannot accept
+     ├── ConfigError                config: a key with a value that cannot be used
+     ├── StorageError               store.journal: the journal cannot be read or written
+     ├── TransportLost              device: the shoe went away (unplugged, pty closed, I/O)
+     ├── BrokerError                mqtt: the broker cannot be used
+     │    └── NotABroker            mqtt.url answers, but not as an MQTT broker
+     └── SupervisionFailed          daemon: a task that could not be kept running
+
+Every message names what was expected and what was found. The classes live where they
+are raised (the cores may not import the shell); this module is where to find them all.
+"""
+
+from __future__ import annotations
+
+from shoed.config import ConfigError
+from shoed.core.errors import CardNotationError, RulesError, ShoedError
+from shoed.store.journal import StorageError
+
+
+class TransportLost(ShoedError):
+    """The device went away (unplugged, pty closed, I/O error)."""
+
+
+class BrokerError(ShoedError):
+    """The MQTT broker cannot be used (refused, unreachable, timed out)."""
+
+
+class NotABroker(BrokerError):
+    """Something answers at mqtt.url, but not as an MQTT broker (no CONNACK, or bytes
+    that are not MQTT)."""
+
+
+class SupervisionFailed(ShoedError):
+    """A long-lived task failed again and again and could not be kept running."""
+
+
+__all__ = ["BrokerError", "CardNotationError", "ConfigError", "NotABroker", "RulesError",
+           "ShoedError", "StorageError", "SupervisionFailed", "TransportLost"]

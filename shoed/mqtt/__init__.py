@@ -1,0 +1,1 @@
+"""MQTT: the connection, the publisher, the listener."""

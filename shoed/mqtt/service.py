@@ -1,0 +1,295 @@
+"""MqttService: the connection, the publisher, the listener, the retained topics.
+
+One connection at a time, reconnected with back-off for as long as the daemon runs. Its
+parts (publisher, listener, retained refresher) are tasks watched with ``asyncio.wait``
+and cancelled explicitly when one ends: no TaskGroup, no ``asyncio.timeout`` around
+them (their cancellation semantics differ between 3.11 patch releases, see shoed.aio),
+and a CancelledError that nobody asked for is logged and followed by a reconnect, never
+the end of publishing.
+
+The publisher takes from the outbox in seq order and reports every PUBACK
+(``outbox.acked(seq)``); an event leaves the outbox only then. One message at a time,
+each after the PUBACK of the one before: a batch costs less CPU, but the broker then
+answers with PUBACKs back to back, and a broker without TCP_NODELAY (Mosquitto's
+default) holds the second until our delayed TCP ACK, up to 40 ms.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+import ssl
+import time
+from collections.abc import Callable
+from typing import Any
+
+import aiomqtt
+
+from shoed.aio import Wakeup, clear_stray_cancel
+from shoed.config import Settings
+from shoed.desk import CommandDesk
+from shoed.errors import BrokerError, NotABroker
+from shoed.mqtt.claim import RootTaken, check_root
+from shoed.mqtt.writes import send_when_queued
+from shoed.status import TableStatus
+from shoed.store.outbox import Outbox
+
+RETAINED_REFRESH_S = 2.0  # retained topics again this long after a (re)connect
+RETAINED_EVERY_S = 30.0  # and at least this often
+IDLE_WAKE_S = 5.0  # the publisher looks at the outbox at least this often
+CONNECT_TIMEOUT_S = 5.0  # no CONNACK by then: whatever answers is not a usable broker
+BACKOFF_S = (0.5, 10.0)  # first and longest wait between connection attempts
+CONFLICT_BACKOFF_S = 10.0  # another daemon holds the root: look again this much later
+
+
+class MqttService:
+    def __init__(self, settings: Settings, outbox: Outbox, status: TableStatus,
+                 desk: CommandDesk, state: Callable[[], dict[str, Any]],
+                 retained: dict[str, Callable[[], dict[str, Any]]], log: Any) -> None:
+        self.settings = settings
+        self.root = settings.topic_root
+        self.url = settings.mqtt.url
+        self.outbox = outbox
+        self.status = status
+        self.desk = desk
+        self.state = state
+        self.retained = retained  # leaf under {root} -> its body, republished on change
+        self.log = log
+        self.client: aiomqtt.Client | None = None
+        self.connects = 0
+        self.progress: float | None = None  # loop time of the latest sign of life
+        self.stopping = False
+        self._outbox_wake = Wakeup()
+        self._status_wake = Wakeup()
+        self._state_seq: int | None = None
+        outbox.on_ready = self._outbox_wake.set
+        status.on_change(self._status_wake.set)
+
+    def client_args(self) -> dict[str, Any]:
+        mqtt = self.settings.mqtt
+        host, port = mqtt.host_port
+        args: dict[str, Any] = {
+            "hostname": host, "port": port, "keepalive": mqtt.keepalive,
+            "identifier": mqtt.client_id or f"shoed-{self.settings.table.id}",
+            "protocol": aiomqtt.ProtocolVersion.V5 if mqtt.protocol == "5"
+            else aiomqtt.ProtocolVersion.V311,
+            "will": aiomqtt.Will(f"{self.root}/status", json.dumps({"online": False}),
+                                 qos=1, retain=True),
+            # The CONNACK wait and the other operations without their own timeout.
+            "timeout": min(mqtt.publish_timeout_s, CONNECT_TIMEOUT_S),
+            # Command answers can go out while an event awaits its PUBACK: without
+            # TCP_NODELAY, Nagle would hold one until the broker's TCP ACK (tens of ms).
+            "socket_options": [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
+        }
+        if mqtt.username:
+            args["username"] = mqtt.username
+        if mqtt.password_file:
+            args["password"] = mqtt.password_file.read_text().strip()
+        if mqtt.tls:
+            context = ssl.create_default_context(
+                cafile=str(mqtt.ca_file) if mqtt.ca_file else None)
+            if mqtt.cert_file:
+                context.load_cert_chain(str(mqtt.cert_file),
+                                        str(mqtt.key_file) if mqtt.key_file else None)
+            args["tls_context"] = context
+        return args
+
+    def _alive(self) -> None:
+        self.progress = asyncio.get_running_loop().time()
+
+    # -- the connection loop (a supervised task) ---------------------------------------------
+
+    async def run(self) -> None:
+        backoff = BACKOFF_S[0]
+        while True:
+            self._alive()
+            connects = self.connects
+            try:
+                await self._connection()
+            except asyncio.CancelledError:
+                if self.stopping:
+                    raise
+                # Nobody asked this task to stop: never let it end publishing.
+                stray = clear_stray_cancel()
+                self.log.error("mqtt_cancelled_unexpectedly", url=self.url, cancels=stray,
+                               action="reconnecting", outbox=self.outbox.depth())
+                self.status.set(mqtt_error="connection task cancelled unexpectedly")
+            except RootTaken as error:
+                backoff = CONFLICT_BACKOFF_S
+                self.log.error("table_id_conflict", root=self.root, run_id=self.status.run_id,
+                               other_run_id=error.other_run_id, retry_in_s=backoff,
+                               action="not publishing under the root; the shoe is served and "
+                               "journalled")
+                self.status.set(conflict=str(error), mqtt_error="root taken")
+            except NotABroker as error:
+                self.log.error("mqtt_not_a_broker", url=self.url, error=str(error),
+                               retry_in_s=backoff)
+                self.status.set(mqtt_error=str(error))
+            except (aiomqtt.MqttError, BrokerError) as error:
+                self.log.warning("mqtt_disconnected", url=self.url, error=str(error),
+                                 retry_in_s=backoff, outbox=self.outbox.depth())
+                self.status.set(mqtt_error=str(error) or type(error).__name__)
+            except (OSError, ssl.SSLError) as error:
+                self.log.warning("mqtt_unreachable", url=self.url, error=str(error),
+                                 retry_in_s=backoff)
+                self.status.set(mqtt_error=str(error))
+            finally:
+                self.client = None
+                self.status.set(mqtt_connected=False)
+            if self.connects > connects:
+                backoff = BACKOFF_S[0]  # it was connected: start the back-off afresh
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, BACKOFF_S[1])
+
+    async def _connection(self) -> None:
+        """One connection, until it breaks (raises)."""
+        args = self.client_args()
+        try:
+            await check_root(args, self.root, self.status.run_id, self.status.online_since)
+            if self.status.conflict:
+                self.log.warning("table_id_conflict_over", root=self.root,
+                                 run_id=self.status.run_id)
+                self.status.set(conflict=None)
+            client = aiomqtt.Client(**args)
+            await client.__aenter__()
+        except aiomqtt.MqttCodeError:
+            raise  # a broker that answered and refused (credentials, ACL, protocol)
+        except aiomqtt.MqttError as error:
+            raise self._not_a_broker(error, args["timeout"]) from error
+        try:
+            await self._connected(client)
+        finally:
+            with contextlib.suppress(Exception):
+                await client.__aexit__(None, None, None)
+
+    async def _connected(self, client: aiomqtt.Client) -> None:
+        send_when_queued(client)  # the event's bytes leave without a loop turn
+        self.client = client
+        self.connects += 1
+        self.status.set(mqtt_connected=True, mqtt_error=None,
+                        online_since=self.status.online_since or time.time())
+        self.log.info("mqtt_connected", url=self.url, root=self.root)
+        await client.subscribe(f"{self.root}/cmd", qos=1)
+        await self.publish_retained(client)
+        parts = {asyncio.create_task(coro, name=f"mqtt.{name}") for name, coro in (
+            ("publisher", self._publisher(client)), ("listener", self._listener(client)),
+            ("retained", self._retained(client)))}
+        once = asyncio.create_task(self._republish_soon(client), name="mqtt.republish")
+        pending = {*parts, once}
+        try:
+            while pending:
+                done, pending = await asyncio.wait(pending,
+                                                   return_when=asyncio.FIRST_COMPLETED)
+                ended = [_outcome(task) for task in done if task is not once or
+                         task.cancelled() or task.exception() is not None]
+                if ended:
+                    raise ended[0]
+        finally:
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending)
+                for task in pending:
+                    _outcome(task)  # retrieved: nothing is left for asyncio to report
+
+    def _not_a_broker(self, error: aiomqtt.MqttError, timeout: float) -> Exception:
+        """What a failed connect means: unreachable (the socket's error), or something
+        that is not an MQTT broker (no CONNACK, or bytes that are not MQTT)."""
+        text = str(error)
+        if "timed out" in text:
+            return NotABroker(f"mqtt.url {self.url} accepted the connection but sent no "
+                              f"MQTT CONNACK within {timeout:g} s: is it an MQTT broker?")
+        if text.startswith("[Errno") or "SSL" in text or "certificate" in text:
+            return error  # refused, unreachable, TLS: the message says which
+        return NotABroker(f"mqtt.url {self.url} did not answer as an MQTT broker: {text}")
+
+    # -- the parts of a connection -------------------------------------------------------
+
+    async def _publisher(self, client: aiomqtt.Client) -> None:
+        outbox, topic = self.outbox, f"{self.root}/events"
+        timeout = self.settings.mqtt.publish_timeout_s
+        while True:
+            self._outbox_wake.clear()
+            rows = outbox.take()
+            if not rows:
+                await self._publish_state(client)
+                self._alive()
+                await self._outbox_wake.wait(IDLE_WAKE_S)
+                continue
+            last: int | None = None
+            try:
+                for seq, body in rows:
+                    await client.publish(topic, body, qos=1, timeout=timeout)
+                    last = seq
+            finally:
+                # Mark what got its PUBACK, also when the connection broke mid-batch.
+                if last is not None:
+                    outbox.acked(last)
+                    self.status.last_publish = outbox.last_publish
+            await self._publish_state(client)
+
+    async def _publish_state(self, client: aiomqtt.Client) -> None:
+        state = self.state()
+        if state.get("seq") != self._state_seq:
+            await client.publish(f"{self.root}/state", json.dumps(state), qos=1, retain=True)
+            self._state_seq = state.get("seq")
+
+    async def publish_retained(self, client: aiomqtt.Client) -> None:
+        for leaf, body in self.retained.items():
+            await client.publish(f"{self.root}/{leaf}", json.dumps(body()), qos=1, retain=True)
+        self._state_seq = None
+        await self._publish_state(client)
+
+    async def _republish_soon(self, client: aiomqtt.Client) -> None:
+        """Once, shortly after connect: in case the broker lost its retained messages."""
+        await asyncio.sleep(RETAINED_REFRESH_S)
+        await self.publish_retained(client)
+
+    async def _retained(self, client: aiomqtt.Client) -> None:
+        """Republish the retained topics whenever the status changes (and every 30 s)."""
+        while True:
+            self._status_wake.clear()
+            await self._status_wake.wait(RETAINED_EVERY_S)
+            for leaf, body in self.retained.items():
+                await client.publish(f"{self.root}/{leaf}", json.dumps(body()), qos=1,
+                                     retain=True)
+            self._alive()
+
+    async def _listener(self, client: aiomqtt.Client) -> None:
+        async for message in client.messages:
+            if message.topic.matches(f"{self.root}/cmd"):
+                payload = message.payload if isinstance(message.payload, bytes | str) else b""
+                answer = self.desk.handle(payload)
+                for body in answer.replay:
+                    await client.publish(f"{self.root}/replay", body, qos=1)
+                await client.publish(f"{self.root}/cmd/response", json.dumps(answer.body),
+                                     qos=1)
+
+    # -- stopping -----------------------------------------------------------------------
+
+    async def farewell(self, drain_s: float) -> None:
+        """Stopping: let the publisher drain the outbox for up to `drain_s`, then the
+        retained offline status (all within publish_timeout_s). What is not published stays
+        in the journal for the next start."""
+        self.stopping = True
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        while self.client is not None and self.outbox.depth() > 0 \
+                and loop.time() < started + drain_s:
+            await asyncio.sleep(0.02)
+        client = self.client
+        left = self.settings.mqtt.publish_timeout_s - (loop.time() - started)
+        if client is not None:
+            with contextlib.suppress(Exception):
+                await client.publish(f"{self.root}/status", json.dumps({"online": False}),
+                                     qos=1, retain=True, timeout=max(left, 0.1))
+
+
+def _outcome(task: asyncio.Task[None]) -> BaseException:
+    """Why a part of the connection ended (its exception is retrieved here)."""
+    if task.cancelled():
+        return BrokerError(f"{task.get_name()} was cancelled")
+    error = task.exception()
+    return error if error is not None else BrokerError(f"{task.get_name()} ended")

@@ -1,0 +1,1 @@
+"""The journal, the outbox and the durable step."""

@@ -1,0 +1,304 @@
+"""The durable step, and the storage-failure mode, in one place.
+
+Three kinds of writes, by what they protect:
+
+* the record (fsynced): a device frame's inputs and the link's dedup state, before its
+  ACK (:meth:`Recorder.record`); a command with its events and answer, before the answer
+  (:meth:`Recorder.commit`);
+* the effect (fsynced after the publish): the events a recorded device input produced,
+  publish marks and snapshots (:meth:`Recorder.write_effects`). All of it can be derived
+  again from the record: :meth:`Recorder.open` replays recorded inputs and inserts the
+  events that are missing (same seq, same event_id). So the effect is written after the
+  events have been handed to the broker, off the card-to-event path;
+* a command's transaction also carries any effect still unwritten.
+
+When the journal cannot be written, nothing is ACKed or answered, the engine is rolled
+back (memory never runs ahead of the record), the gate is locked, and every later step
+first tries to journal the `storage_failed` alarm's raise and clear (:meth:`retry`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from firmware_protocol import DedupState
+from shoed.config import Settings
+from shoed.core.config import EngineConfig
+from shoed.core.engine import Engine, Output
+from shoed.core.inputs import INPUT_ADAPTER, Input, StorageStatus
+from shoed.status import TableStatus
+from shoed.store.journal import Journal, StorageError
+from shoed.store.outbox import Outbox
+
+EFFECT_WRITE_DELAY_S = 0.2  # the longest an effect waits in memory when the broker is away
+PRUNE_EVERY_S = 3600.0
+
+# Called after a device frame's record is durable and before its ACK. Empty in the
+# product; the kill tests' harness installs a crash here.
+RECORD_HOOKS: list[Callable[[], None]] = []
+
+Answer = Callable[[Output], dict[str, Any]]
+
+
+
+
+class Recorder:
+    def __init__(self, journal: Journal, engine: Engine, status: TableStatus,
+                 snapshot_every: int, log: Any) -> None:
+        self.journal = journal
+        self.engine = engine
+        self.uptime = journal.uptime
+        self.outbox = Outbox(journal)
+        self.outbox.flush = self.write_effects
+        self.status = status
+        self.snapshot_every = snapshot_every
+        self.log = log
+        self.on_output: Callable[[Output], None] = lambda out: None
+        self.on_storage_failed: Callable[[], None] = lambda: None
+        self.failures = 0
+        self._failed_at: float | None = None
+        self._inputs_since_snapshot = 0
+        self._last_applied_input = 0
+        self._effects_timer: asyncio.TimerHandle | None = None
+        self._last_prune: float | None = None
+
+    @classmethod
+    def open(cls, settings: Settings, config: EngineConfig, status: TableStatus,
+             log: Any) -> Recorder:
+        """Open the journal and rebuild the engine from its latest snapshot and the
+        inputs recorded after it (their missing events are written back)."""
+        journal = Journal(settings.state.dir, new_journal=settings.state.new_journal)
+        if journal.moved_aside is not None:
+            log.warning("journal_moved_aside", damage=journal.damage,
+                        moved_to=str(journal.moved_aside), instance=journal.instance_id)
+        snapshot = journal.latest_snapshot()
+        if snapshot is None:
+            engine, after = Engine(config, instance_id=journal.instance_id), 0
+        else:
+            after, state = snapshot
+            engine = Engine.restore(config, state)
+        replayed = 0
+        recovered = journal.event_range()[1]
+        with journal.transaction():
+            for _, body in journal.inputs_after(after):
+                for event in engine.handle(INPUT_ADAPTER.validate_json(body)).events:
+                    journal.add_event(event.seq, event.event_id, event.type,
+                                      event.model_dump_json())
+                replayed += 1
+        last_event = journal.event_range()[1]
+        if last_event and engine.seq != last_event:
+            log.error("journal_replay_mismatch", engine_seq=engine.seq, journal_seq=last_event)
+        recorder = cls(journal, engine, status, settings.state.snapshot_every, log)
+        dedup = recorder.dedup()
+        log.info("journal_restored", path=str(journal.path), snapshot_input=after,
+                 replayed_inputs=replayed, events_recovered=last_event - recovered,
+                 seq=engine.seq, outbox=journal.outbox_depth(), dedup_boot_id=dedup.boot_id,
+                 dedup_last_seq=dedup.last_seq, shoe_state=engine.public_state()["shoe_state"])
+        return recorder
+
+    @property
+    def state(self) -> Any:
+        return self.engine.state
+
+    def dedup(self) -> DedupState:
+        """The link's duplicate detection as last recorded."""
+        boot, last = json.loads(self.journal.meta("dedup") or "[null, null]")
+        return DedupState(boot, last)
+
+    # -- a device frame: record, (ACK), apply ----------------------------------------------
+
+    def record(self, inputs: list[Input], dedup: DedupState) -> list[tuple[int, Input]] | None:
+        """The frame's inputs and the new dedup state in one fsynced transaction; the
+        recorded inputs with their ids, or None when storage failed (no ACK then)."""
+        if not self.status.storage_ok and not self.retry():
+            return None
+        journal = self.journal
+        try:
+            with journal.transaction():
+                recorded = [(journal.add_input(inp.at, inp.model_dump_json()), inp)
+                            for inp in inputs]
+                journal.set_meta("dedup", json.dumps([dedup.boot_id, dedup.last_seq]))
+        except StorageError as error:
+            self._failed(str(error))
+            return None
+        for hook in RECORD_HOOKS:
+            hook()
+        return recorded
+
+    def apply(self, recorded: list[tuple[int, Input]]) -> list[Output]:
+        """The game effect of recorded inputs: engine, events to the publisher at once;
+        their outbox rows follow (write_effects)."""
+        outputs = [self._apply(input_id, inp) for input_id, inp in recorded]
+        for out in outputs:
+            self._hand_over(out)
+        if self.outbox.unwritten and self._effects_timer is None:
+            self._effects_timer = asyncio.get_running_loop().call_later(
+                EFFECT_WRITE_DELAY_S, self.write_effects)
+        return outputs
+
+    # -- everything else: one transaction, then apply ---------------------------------------
+
+    def commit(self, inputs: list[Input], dedup: DedupState | None = None,
+               answer: Answer | None = None) -> list[Output] | None:
+        """Apply `inputs` and make them durable in one transaction (with a command's
+        answer, made by `answer`); None if storage failed (the engine is rolled back)."""
+        if not self.status.storage_ok and not self.retry():
+            return None
+        try:
+            outputs = self._durable_apply(inputs, dedup, answer)
+        except StorageError as error:
+            self._failed(str(error))
+            return None
+        for out in outputs:
+            self._hand_over(out)
+        return outputs
+
+    def _durable_apply(self, inputs: list[Input], dedup: DedupState | None,
+                       answer: Answer | None) -> list[Output]:
+        engine, journal, outbox = self.engine, self.journal, self.outbox
+        mark = outbox.mark()
+        before = (self._inputs_since_snapshot, self._last_applied_input)
+        rollback = None
+        outputs: list[Output] = []
+        try:
+            with journal.transaction():
+                for inp in inputs:
+                    input_id = journal.add_input(inp.at, inp.model_dump_json())
+                    outputs.append(self._apply(input_id, inp))
+                    rollback = rollback or engine.last_rollback
+                    if answer is not None:
+                        body = answer(outputs[-1])
+                        journal.add_response(str(body["request_id"]), body)
+                if dedup is not None:
+                    journal.set_meta("dedup", json.dumps([dedup.boot_id, dedup.last_seq]))
+                written = self._effects_in_transaction()
+        except StorageError:
+            if rollback is not None:
+                engine.roll_back(rollback)
+            outbox.rollback(mark)
+            self._inputs_since_snapshot, self._last_applied_input = before
+            raise
+        self._effects_written(*written)
+        return outputs
+
+    def _apply(self, input_id: int, inp: Input) -> Output:
+        out = self.engine.handle(inp)
+        add = self.outbox.add
+        for event in out.events:
+            add(event.seq, event.event_id, event.type, event.model_dump_json())
+        self._last_applied_input = input_id
+        self._inputs_since_snapshot += 1
+        return out
+
+    def _hand_over(self, out: Output) -> None:
+        if out.events:
+            self.outbox.ready()
+        if out.events or out.device:
+            self.on_output(out)
+
+    # -- the effect -----------------------------------------------------------------------
+
+    def _effects_in_transaction(self) -> tuple[int, int, bool]:
+        rows, marked = self.outbox.write_in_transaction()
+        snapshot = (self._inputs_since_snapshot >= self.snapshot_every
+                    and self._last_applied_input > 0)
+        if snapshot:
+            self.journal.save_snapshot(self._last_applied_input, self.engine.snapshot())
+        return rows, marked, snapshot
+
+    def _effects_written(self, rows: int, marked: int, snapshot: bool) -> None:
+        self.outbox.written(rows, marked)
+        if snapshot:
+            self._inputs_since_snapshot = 0
+
+    def write_effects(self) -> bool:
+        """Write the pending effect now (one fsynced transaction). False when storage is
+        failing; the effect then stays in memory until storage is back."""
+        if self._effects_timer is not None:
+            self._effects_timer.cancel()
+            self._effects_timer = None
+        if not self.outbox.dirty:
+            return True
+        if not self.status.storage_ok and not self.retry():
+            return False  # the retry's own transaction wrote the effect when it succeeded
+        try:
+            # fsynced here, after the publish, where nothing waits: left unsynced, its
+            # pages would be flushed by the next card's record, before that card's ACK.
+            with self.journal.transaction():
+                written = self._effects_in_transaction()
+            self._effects_written(*written)
+            self.journal.checkpoint_if_due()  # after the publish: nothing waits on it
+        except StorageError as error:
+            self._failed(str(error))
+            return False
+        return True
+
+    # -- storage failure --------------------------------------------------------------------
+
+    def _failed(self, message: str) -> None:
+        if self.status.storage_ok:
+            self.failures += 1
+            self._failed_at = time.time()
+            self.log.error("storage_failed", error=message,
+                           action="no ACK to the shoe, commands refused, gate locked")
+        self.status.set(storage_ok=False, storage_error=message)
+        self.on_storage_failed()
+
+    def retry(self) -> bool:
+        """Storage was failing: journal the alarm's raise and clear now; True if it could."""
+        at = self._failed_at or time.time()
+        try:
+            outputs = self._durable_apply([
+                StorageStatus(at=at, ok=False, message=self.status.storage_error or ""),
+                StorageStatus(at=time.time(), ok=True, message="storage back")], None, None)
+        except StorageError:
+            return False
+        self.log.warning("storage_recovered")
+        self.status.set(storage_ok=True, storage_error=None)
+        for out in outputs:
+            self._hand_over(out)
+        return True
+
+    # -- housekeeping, stop -----------------------------------------------------------------
+
+    def housekeeping(self, retention_days: int) -> None:
+        """WAL checkpoint when due (commands alone also grow it), a storage retry when
+        failing (with the gate locked the shoe may send nothing for a while), and the
+        hourly prune."""
+        if not self.status.storage_ok:
+            self.retry()
+            return
+        try:
+            self.journal.checkpoint_if_due()
+            self.journal.save_uptime()  # a kill -9 loses at most one interval of it
+            if self._last_prune is None or time.monotonic() - self._last_prune > PRUNE_EVERY_S:
+                self._last_prune = time.monotonic()
+                pruned = self.journal.prune(retention_days)  # old by wall time AND uptime
+                self.log.info("journal_pruned", events=pruned, uptime=round(self.uptime.now()))
+        except StorageError as error:
+            self.log.warning("housekeeping_failed", error=str(error))
+
+    async def integrity_check(self) -> None:
+        """SQLite's full integrity check once after READY, in a thread on a read-only
+        connection of its own: it never holds up READY or a card (docs/reliability.md).
+        A problem is logged and recorded beside the journal: the next start refuses it."""
+        found = await asyncio.to_thread(self.journal.integrity_check)
+        if found:
+            self.log.error("journal_corrupt", path=str(self.journal.path), problems=found)
+
+    def close(self) -> None:
+        """The pending effect and a snapshot covering every applied input, then close."""
+        if self.status.storage_ok:
+            try:
+                with self.journal.transaction():
+                    self._effects_in_transaction()
+                    last = self.journal.last_input_id()
+                    if last:
+                        self.journal.save_snapshot(last, self.engine.snapshot())
+            except StorageError as error:
+                self.log.warning("final_snapshot_failed", error=str(error))
+        self.journal.close()

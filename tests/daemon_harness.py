@@ -1,0 +1,71 @@
+"""`python tests/daemon_harness.py run --config PATH`: the real `shoed run`, with faults
+that only tests install, chosen by environment variables (never in the product):
+
+* SHOED_TEST_CRASH_AFTER_COMMIT=N: SIGKILL after the N-th frame is journalled and before
+  its ACK (a hook on the recorder's RECORD_HOOKS);
+* SHOED_TEST_FAIL=mqtt|device|timer and SHOED_TEST_FAIL_TIMES=N (default: always): that
+  loop raises RuntimeError("injected fault") N times, then works;
+* SHOED_TEST_BACKOFF=first,longest: the supervisor's restart back-off, in seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+import sys
+from typing import Any
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+
+from shoed import cli, supervisor
+from shoed.device.session import DeviceSession
+from shoed.mqtt.service import MqttService
+from shoed.store import recorder
+
+
+def _crash_after(frames: int) -> None:
+    left = [frames]
+
+    def hook() -> None:
+        left[0] -= 1
+        if left[0] == 0:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    recorder.RECORD_HOOKS.append(hook)
+
+
+def _failing(cls: Any, method: str, times: int | None) -> None:
+    original = getattr(cls, method)
+    left = [times]
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if left[0] is None or left[0] > 0:
+            if left[0] is not None:
+                left[0] -= 1
+            raise RuntimeError(f"injected fault in {cls.__name__}.{method}")
+        return original(*args, **kwargs)
+
+    setattr(cls, method, wrapper)
+
+
+def install() -> None:
+    if crash := int(os.environ.get("SHOED_TEST_CRASH_AFTER_COMMIT", "0") or 0):
+        _crash_after(crash)
+    if backoff := os.environ.get("SHOED_TEST_BACKOFF"):
+        first, longest = (float(x) for x in backoff.split(","))
+        supervisor.BACKOFF_S = (first, longest)
+    times_text = os.environ.get("SHOED_TEST_FAIL_TIMES")
+    times = int(times_text) if times_text else None
+    fail = os.environ.get("SHOED_TEST_FAIL")
+    if fail == "mqtt":
+        _failing(MqttService, "client_args", times)  # raised inside the connection loop
+    elif fail == "device":
+        _failing(DeviceSession, "run", times)  # the device loop fails as it starts
+    elif fail == "timer":
+        _failing(DeviceSession, "on_timer", times)  # raised inside the timer's callback
+
+
+if __name__ == "__main__":
+    install()
+    sys.exit(cli.main(sys.argv[1:]))

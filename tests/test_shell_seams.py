@@ -1,0 +1,215 @@
+"""The shell's rooms through their public seams: the device session, the recorder and
+the outbox over the loopback transport with the simulated shoe at the other end, over
+several kinds of line (as bellows' test_ash does for its framing); the command desk;
+the MQTT service against a real Mosquitto."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import pathlib
+import random
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+from rig import Collector, make_settings, wait_for
+from test_daemon_e2e import check_shoe
+
+from shoed.daemon import Daemon
+from shoed.device.loopback import LoopbackTransport
+from shoed.sim.broker import PrivateMosquitto
+from shoed.sim.shoe import Script, SimulatedShoe
+
+LINES = ["whole", "one_byte_at_a_time", "lossy", "delayed"]
+
+
+class Line:
+    """The wire between the simulated shoe and the daemon's loopback transport."""
+
+    def __init__(self, variant: str, transport: LoopbackTransport) -> None:
+        self.variant = variant
+        self.transport = transport
+        self.rng = random.Random(3)
+        self.loop = asyncio.get_running_loop()
+
+    def to_host(self, data: bytes) -> None:
+        feed = self.transport.feed
+        if self.variant == "one_byte_at_a_time":
+            for i in range(len(data)):
+                feed(data[i:i + 1])
+        elif self.variant == "delayed":
+            self.loop.call_later(0.003, feed, data)
+        elif self.variant == "lossy" and self.rng.random() < 0.1:
+            i = self.rng.randrange(len(data))  # a byte lost on the way
+            feed(data[:i] + data[i + 1:])
+        else:
+            feed(data)
+
+
+@asynccontextmanager
+async def table(tmp_path: pathlib.Path, variant: str, url: str = "mqtt://127.0.0.1:1",
+                seed: int = 4, with_mqtt: bool = False, **sections: Any
+                ) -> AsyncIterator[tuple[Daemon, SimulatedShoe, Callable[..., Any]]]:
+    """The daemon's rooms built (not run), the device session serving a loopback line."""
+    transport = LoopbackTransport()
+    settings = make_settings(tmp_path / "state", url, **sections)
+    daemon = Daemon(settings, transport_factory=lambda: transport)
+    daemon.build()
+    loop = asyncio.get_running_loop()
+    shoe = SimulatedShoe(decks=1, seed=seed, script=Script(pace_s=0.002, shoes=1),
+                         now=loop.time())
+    line = Line(variant, transport)
+    transport.on_write = lambda data: shoe.receive_data(data, loop.time())
+    tasks = [asyncio.create_task(daemon.session.run())]
+    if with_mqtt:
+        tasks.append(asyncio.create_task(daemon.mqtt.run()))
+    daemon.session.arm_timer()
+
+    async def deal(cards: int, at_least_s: float = 0.0) -> None:
+        target = shoe.cards_dealt + cards
+        until = loop.time() + at_least_s
+        while (shoe.cards_dealt < target and not shoe.finished) or loop.time() < until:
+            shoe.poll(loop.time())
+            if data := shoe.data_to_send():
+                line.to_host(data)
+            await asyncio.sleep(0.001)
+        while shoe.link.pending_count:  # until the host ACKed everything
+            shoe.poll(loop.time())
+            if data := shoe.data_to_send():
+                line.to_host(data)
+            await asyncio.sleep(0.002)
+
+    try:
+        yield daemon, shoe, deal
+    finally:
+        daemon.mqtt.stopping = True
+        daemon.supervisor.stopping = True
+        daemon.session.stop_timer()
+        for task in tasks:
+            task.cancel()
+        await asyncio.wait(tasks)
+        daemon.recorder.close()
+
+
+@pytest.mark.parametrize("variant", LINES)
+def test_session_records_before_ack_and_the_outbox_has_every_card_in_order(
+        tmp_path: pathlib.Path, variant: str) -> None:
+    async def main() -> None:
+        async with table(tmp_path, variant) as (daemon, shoe, deal):
+            await deal(25)
+            outbox = daemon.outbox
+            assert outbox.depth() > 0  # nothing published: no broker
+            rows = outbox.take(10_000)
+            events = [json.loads(body) for _, body in rows]
+            assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+            check_shoe(events, shoe.dealt)
+            cards = [e for e in events if e["type"] == "card" and e["card_index"]]
+            assert len(cards) == shoe.cards_dealt  # every ACKed card recorded and applied
+            assert daemon.status.device_connected
+            if variant == "lossy":
+                assert daemon.session.link.discards, "the lost bytes were seen"
+            # The broker's PUBACKs: the outbox forgets exactly what was acknowledged.
+            outbox.acked(rows[9][0])
+            assert outbox.depth() == len(rows) - 10
+            assert outbox.take(10_000)[0][0] == 11
+            outbox.acked(rows[-1][0])
+            assert outbox.depth() == 0
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("variant", ["whole", "one_byte_at_a_time"])
+def test_recorded_frames_survive_a_restart_with_the_same_events(tmp_path: pathlib.Path,
+                                                                variant: str) -> None:
+    async def first() -> list[tuple[int, str]]:
+        async with table(tmp_path, variant) as (daemon, _, deal):
+            await deal(15)
+            return daemon.outbox.take(10_000)
+
+    async def second() -> list[tuple[int, str]]:
+        daemon = Daemon(make_settings(tmp_path / "state", "mqtt://127.0.0.1:1"))
+        daemon.build()
+        try:
+            return daemon.outbox.take(10_000)
+        finally:
+            daemon.recorder.close()
+
+    before = asyncio.run(first())
+    assert asyncio.run(second()) == before
+
+
+def test_lost_line_raises_and_clears_device_lost(tmp_path: pathlib.Path) -> None:
+    async def main() -> None:
+        async with table(tmp_path, "whole") as (daemon, _, deal):
+            await deal(5)
+            transport = daemon.session.transport
+            assert isinstance(transport, LoopbackTransport)
+            transport.lose()
+            await wait_for(lambda: not daemon.status.device_connected, 5, "disconnected")
+            await wait_for(lambda: transport.is_open, 5, "reopened")  # the session retries
+            await deal(0, 1.5)  # the shoe's hello (to the host's GET_INFO), heartbeats
+            await wait_for(lambda: daemon.status.device_connected, 5, "connected again")
+            codes = [(e["code"], e["active"]) for _, body in daemon.outbox.take(10_000)
+                     if (e := json.loads(body))["type"] == "alarm"]
+            assert ("device_lost", True) in codes and ("device_lost", False) in codes
+            assert transport.opens == 2
+    asyncio.run(main())
+
+
+def test_desk_answers_once_per_request_id_and_refuses_what_it_cannot_read(
+        tmp_path: pathlib.Path) -> None:
+    async def main() -> None:
+        async with table(tmp_path, "whole") as (daemon, _, deal):
+            await deal(8)
+            desk = daemon.desk
+            bad = desk.handle(b"{not json")
+            assert bad.body["ok"] is False and bad.body["error"]["code"] == "invalid_json"
+            assert bad.body["request_id"] is None
+            command = {"request_id": "c1", "command": "end_shoe", "operator": "sup"}
+            first = desk.handle(json.dumps(command))
+            again = desk.handle(json.dumps(command))
+            assert first.body["ok"] is True and again.body == first.body, first.body
+            acts = [e for _, body in daemon.outbox.take(10_000)
+                    if (e := json.loads(body))["type"] == "supervisor_action"]
+            assert len(acts) == 1  # applied once
+            replay = desk.handle(json.dumps({"request_id": "p1", "command": "replay",
+                                             "operator": "x", "from_seq": 1, "to_seq": 3}))
+            assert replay.body["result"]["count"] == 3
+            assert [json.loads(b)["seq"] for b in replay.replay] == [1, 2, 3]
+            out = desk.handle(json.dumps({"request_id": "p2", "command": "replay",
+                                          "operator": "x", "from_seq": 10**6}))
+            assert out.body["error"]["code"] == "out_of_range" and not out.replay
+    asyncio.run(main())
+
+
+@pytest.mark.broker
+@pytest.mark.parametrize("variant", ["whole", "delayed"])
+def test_mqtt_service_publishes_the_outbox_in_order_and_answers_commands(
+        tmp_path: pathlib.Path, broker: PrivateMosquitto, variant: str) -> None:
+    async def main() -> None:
+        collector = Collector(broker.port, "shoed/T9")
+        listening = asyncio.create_task(collector.run())
+        await wait_for(collector.connected.is_set, 10, "collector")
+        async with table(tmp_path, variant, url=broker.url, with_mqtt=True) as (
+                daemon, shoe, deal):
+            await wait_for(lambda: daemon.status.mqtt_connected, 10, "connected")
+            await deal(20)
+            await wait_for(lambda: daemon.outbox.depth() == 0, 10, "outbox drained")
+            await wait_for(lambda: collector.events and collector.events[-1]["seq"]
+                           == daemon.recorder.engine.seq, 10, "every event")
+            check_shoe(collector.events, shoe.dealt)
+            assert daemon.status.last_publish is not None
+            answer = await collector.send({"request_id": "r1", "command": "recall",
+                                           "operator": "x"})
+            assert answer["ok"]
+            status = collector.retained.get("status", {})
+            for _ in range(100):  # the shoe's heartbeats keep it alive meanwhile
+                status = collector.retained.get("status", {})
+                if status.get("device_connected") and status.get("mqtt_connected"):
+                    break
+                await deal(0, 0.1)
+            assert status["device_connected"] is True and status["mqtt_connected"] is True
+            assert status["run_id"] == daemon.status.run_id
+        listening.cancel()
+    asyncio.run(main())

@@ -1,0 +1,320 @@
+"""Issue 13 sections 1, 7 and 8 against the real process: real Mosquitto, the pty shoe.
+
+Never silent (reconnects after a broker kill on every interpreter; a loop that fails is
+logged, restarted, shown in STATUS= and stops the watchdog; one that cannot be kept
+running ends the daemon non-zero), the status tells the truth, SIGTERM is quick and
+loses nothing, and an mqtt.url that is not a broker says so within seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import http.server
+import pathlib
+import signal
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from proc import DaemonProcess
+from rig import Collector, wait_for
+
+from shoed.sim.broker import PrivateMosquitto
+
+pytestmark = pytest.mark.broker
+
+FAST_BACKOFF = {"SHOED_TEST_BACKOFF": "0.2,0.4"}
+
+
+@contextlib.contextmanager
+def daemon(tmp: pathlib.Path, url: str, **sections: object) -> Iterator[DaemonProcess]:
+    d = DaemonProcess(tmp, url, **sections)  # type: ignore[arg-type]
+    try:
+        yield d
+    finally:
+        d.close()
+
+
+async def _collector(broker: PrivateMosquitto) -> tuple[Collector, asyncio.Task[None]]:
+    collector = Collector(broker.port, "shoed/T9")
+    task = asyncio.create_task(collector.run())
+    await wait_for(collector.connected.is_set, 10, "collector")
+    return collector, task
+
+
+def test_broker_killed_and_back_3s_later_the_daemon_reconnects(
+        tmp_path: pathlib.Path, broker: PrivateMosquitto) -> None:
+    """The Debian 12 (3.11.2) failure: after the first disconnect it never reconnected."""
+    async def main() -> None:
+        collector, task = await _collector(broker)
+        with daemon(tmp_path, broker.url) as d:
+            d.start_shoe(seed=5, pace=0.1)
+            d.start()
+            await wait_for(lambda: len(collector.events) >= 5, 30, "events")
+            broker.stop(kill=True)
+            await asyncio.sleep(3.0)
+            before = max(e["seq"] for e in collector.events)
+            broker.start()
+            await wait_for(lambda: collector.connected.is_set(), 10, "collector back")
+            await wait_for(lambda: any(e["seq"] > before + 3 for e in collector.events), 20,
+                           "new events after the broker came back")
+            await wait_for(lambda: collector.retained.get("status", {}).get("mqtt_connected"),
+                           10, "status online again")
+            assert not d.logged("mqtt_cancelled_unexpectedly")
+            assert not d.logged("task_failed"), d.logged("task_failed")
+            assert len(d.logged("mqtt_connected")) >= 2
+            assert d.stop() == 0
+        task.cancel()
+    asyncio.run(main())
+
+
+def test_status_tells_the_truth_about_each_part(tmp_path: pathlib.Path,
+                                                broker: PrivateMosquitto) -> None:
+    async def main() -> None:
+        collector, task = await _collector(broker)
+        with daemon(tmp_path, broker.url) as d:
+            d.start_shoe(seed=7, pace=0.1)
+            d.start()
+            status = collector.retained
+            await wait_for(lambda: status.get("status", {}).get("device_connected") is True
+                           and status["status"].get("last_publish"), 30, "status: all well")
+            assert status["status"]["mqtt_connected"] is True
+            assert status["status"]["storage_ok"] is True
+            assert isinstance(status["status"]["outbox"], int)
+            await wait_for(lambda: any(s.startswith("device connected, broker connected")
+                                       and "last publish never" not in s
+                                       for s in d.notifications.statuses()), 10, "STATUS=")
+            assert d.simulator is not None
+            d.simulator.send_signal(signal.SIGKILL)  # the shoe gone
+            d.simulator.wait()
+            await wait_for(lambda: status["status"].get("device_connected") is False, 15,
+                           "status: device disconnected")
+            await wait_for(lambda: d.notifications.statuses()[-1].startswith(
+                "device disconnected, broker connected"), 10, "STATUS= device disconnected")
+            broker.stop(kill=True)
+            await wait_for(lambda: "broker disconnected" in d.notifications.statuses()[-1],
+                           10, "STATUS= broker disconnected")
+            broker.start()
+            await wait_for(lambda: "broker connected" in d.notifications.statuses()[-1], 20,
+                           "STATUS= broker connected again")
+            assert d.stop() == 0
+        task.cancel()
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("loop", ["mqtt", "device", "timer"])
+def test_a_failing_loop_is_logged_restarted_and_the_watchdog_waits(
+        tmp_path: pathlib.Path, broker: PrivateMosquitto, loop: str) -> None:
+    async def main() -> None:
+        collector, task = await _collector(broker)
+        with daemon(tmp_path, broker.url) as d:
+            d.start_shoe(seed=9, pace=0.1)
+            d.start(SHOED_TEST_FAIL=loop, SHOED_TEST_FAIL_TIMES="2", **FAST_BACKOFF)
+            event = "timer_failed" if loop == "timer" else "task_failed"
+            await wait_for(lambda: len(d.logged(event)) >= 2, 20, "two failures")
+            await wait_for(lambda: d.logged("task_restarted"), 20, "the restart")
+            await wait_for(lambda: len(collector.events) >= 5, 30, "events: it works again")
+            failures = d.logged(event)
+            assert len(failures) >= 2 and failures[0]["level"] == "error"
+            assert "injected fault" in failures[0]["error"]
+            assert "injected fault" in failures[0].get("exception", "")  # the traceback
+            assert any(f"{loop} DOWN" in s for s in d.notifications.statuses())
+            down = d.notifications.first(f"{loop} DOWN")
+            assert down is not None
+            await wait_for(lambda: len(d.notifications.pings(after=down)) >= 2, 15,
+                           "pings again once it runs")
+            first_ping_after = d.notifications.pings(after=down)[0]
+            assert first_ping_after - down >= 1.5  # none while it was down
+            assert d.logged("task_restarted")
+            assert d.stop() == 0
+        task.cancel()
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("loop", ["mqtt", "device", "timer"])
+def test_a_loop_that_cannot_be_kept_running_ends_the_daemon_non_zero(
+        tmp_path: pathlib.Path, broker: PrivateMosquitto, loop: str) -> None:
+    with daemon(tmp_path, broker.url) as d:
+        d.start_shoe(seed=9, pace=0.1)
+        d.start(SHOED_TEST_FAIL=loop, SHOED_TEST_BACKOFF="0.1,0.2")
+        assert d.proc is not None
+        code = d.proc.wait(timeout=30)
+        assert code == 1
+        given_up = d.logged("task_given_up")
+        assert given_up and given_up[0]["task"] == loop
+        down = d.notifications.first(f"{loop} DOWN")
+        assert down is not None and not d.notifications.pings(after=down)
+
+
+def _pending_events(tmp: pathlib.Path) -> int:
+    from shoed.store.journal import Journal
+
+    journal = Journal(tmp / "state")
+    try:
+        return journal.outbox_depth()
+    finally:
+        journal.close()
+
+
+def test_sigterm_with_the_broker_up_stops_within_1s_and_loses_nothing(
+        tmp_path: pathlib.Path, broker: PrivateMosquitto) -> None:
+    async def main() -> None:
+        collector, task = await _collector(broker)
+        with daemon(tmp_path, broker.url) as d:
+            d.start_shoe(seed=11, pace=0.02)
+            d.start()
+            await wait_for(lambda: len(collector.events) >= 20, 30, "events")
+            assert d.proc is not None
+            started = time.monotonic()
+            d.proc.send_signal(signal.SIGTERM)
+            await wait_for(lambda: d.proc is not None and d.proc.poll() is not None, 5,
+                           "the daemon to exit")
+            took = time.monotonic() - started
+            assert d.proc.returncode == 0
+            assert took < 1.0, f"stopping took {took:.2f} s"
+            stopped = d.logged("stopped")
+            assert stopped
+            # Nothing lost: whatever the broker did not take is still in the journal, and
+            # the next start publishes it.
+            seen = max(e["seq"] for e in collector.events)
+            d.start()
+            await wait_for(lambda: _published_all(collector, seen), 20, "the rest published")
+            assert d.stop() == 0
+        task.cancel()
+    asyncio.run(main())
+
+
+def _published_all(collector: Collector, at_least: int) -> bool:
+    seqs = sorted({e["seq"] for e in collector.events})
+    return bool(seqs) and seqs[-1] > at_least and seqs == list(range(1, seqs[-1] + 1))
+
+
+def test_sigterm_with_the_broker_hung_stops_within_publish_timeout_and_loses_nothing(
+        tmp_path: pathlib.Path, broker: PrivateMosquitto) -> None:
+    async def main() -> None:
+        collector, task = await _collector(broker)
+        with daemon(tmp_path, broker.url) as d:
+            d.start_shoe(seed=12, pace=0.1)
+            d.start()
+            await wait_for(lambda: len(collector.events) >= 10, 30, "events")
+            assert broker.proc is not None and d.proc is not None
+            broker.proc.send_signal(signal.SIGSTOP)  # connected, answering nothing
+            try:
+                await asyncio.sleep(0.5)  # cards keep coming: their PUBACKs do not
+                started = time.monotonic()
+                d.proc.send_signal(signal.SIGTERM)
+                await wait_for(lambda: d.proc is not None and d.proc.poll() is not None, 10,
+                               "the daemon to exit")
+                took = time.monotonic() - started
+            finally:
+                broker.proc.send_signal(signal.SIGCONT)
+            assert d.proc.returncode == 0
+            assert took < 2.0 + 1.0, f"stopping took {took:.2f} s (publish_timeout_s 2)"
+            assert _pending_events(tmp_path) > 0  # kept for the next start
+            d.start()
+            await wait_for(lambda: _published_all(collector, 10) and
+                           collector.connected.is_set(), 30, "everything published")
+            assert d.stop() == 0
+        task.cancel()
+    asyncio.run(main())
+
+
+class _Silent(threading.Thread):
+    """A TCP server that accepts and says nothing."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.held: list[socket.socket] = []
+
+    def run(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                self.held.append(self.server.accept()[0])
+
+    def close(self) -> None:
+        self.server.close()
+        for conn in self.held:
+            conn.close()
+
+
+@pytest.mark.parametrize("server", ["silent_tcp", "http"])
+def test_mqtt_url_that_is_not_a_broker_is_reported_within_seconds(
+        tmp_path: pathlib.Path, server: str) -> None:
+    if server == "http":
+        httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
+                                                http.server.BaseHTTPRequestHandler)
+        port = httpd.server_address[1]
+        threading.Thread(target=httpd.serve_forever, daemon=True).start()
+        close = httpd.shutdown
+    else:
+        silent = _Silent()
+        silent.start()
+        port, close = silent.port, silent.close
+    url = f"mqtt://127.0.0.1:{port}"
+    try:
+        with daemon(tmp_path, url) as d:
+            started = time.monotonic()
+            d.start()
+            deadline = started + 15
+            while time.monotonic() < deadline and not d.logged("mqtt_not_a_broker"):
+                time.sleep(0.1)
+            took = time.monotonic() - started
+            reports = d.logged("mqtt_not_a_broker")
+            assert reports, d.lines()[-5:]
+            assert took < 10, f"reported after {took:.1f} s"
+            assert reports[0]["level"] == "error" and reports[0]["url"] == url
+            assert "MQTT broker" in reports[0]["error"]
+            assert any("broker disconnected" in s and "MQTT broker" in s
+                       for s in d.notifications.statuses())
+            assert d.stop() == 0
+    finally:
+        close()
+
+
+def test_a_second_daemon_on_the_same_root_backs_off_and_the_first_keeps_it(
+        tmp_path: pathlib.Path, broker: PrivateMosquitto) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+
+    async def main() -> None:
+        collector, task = await _collector(broker)
+        with daemon(tmp_path / "a", broker.url) as a, daemon(tmp_path / "b", broker.url) as b:
+            a.start_shoe(seed=5, pace=0.1)
+            a.start()
+            await wait_for(lambda: collector.retained.get("status", {}).get("run_id"), 20,
+                           "A's status with its run_id")
+            run_a = collector.retained["status"]["run_id"]
+            b.start_shoe(seed=6, pace=0.1)
+            b.start()
+            await wait_for(lambda: b.logged("table_id_conflict"), 15, "B sees A")
+            conflict = b.logged("table_id_conflict")[0]
+            run_b = b.logged("ready")[0]["run_id"]
+            assert conflict["level"] == "error" and conflict["other_run_id"] == run_a
+            assert conflict["run_id"] == run_b != run_a
+            await wait_for(lambda: any("CONFLICT" in s for s in b.notifications.statuses()),
+                           5, "B's STATUS= shows the conflict")
+            await asyncio.sleep(2.0)
+            assert not b.logged("mqtt_connected")  # B never published under the root
+            assert len(a.logged("mqtt_connected")) == 1  # A was never kicked off
+            by_seq: dict[int, set[str]] = {}
+            for e in collector.raw_events:
+                by_seq.setdefault(e["seq"], set()).add(e["event_id"])
+            assert all(len(ids) == 1 for ids in by_seq.values())  # one stream
+            assert collector.retained["status"]["run_id"] == run_a
+            # B keeps serving and journalling its shoe meanwhile.
+            dealt = (tmp_path / "b" / "dealt.txt")
+            await wait_for(lambda: dealt.exists() and len(dealt.read_text().split()) > 3, 15,
+                           "B's shoe served")
+            assert a.stop() == 0  # A goes (its status: offline); B takes the root
+            await wait_for(lambda: b.logged("mqtt_connected"), 25, "B on the broker")
+            await wait_for(lambda: collector.retained.get("status", {}).get("run_id") == run_b,
+                           10, "B's status")
+            assert b.logged("table_id_conflict_over")
+            assert b.stop() == 0
+        task.cancel()
+    asyncio.run(main())
