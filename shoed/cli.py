@@ -52,6 +52,7 @@ def _cmd_check_config(args: argparse.Namespace) -> int:
 def _cmd_schema(args: argparse.Namespace) -> int:
     from .core.commands import COMMAND_ADAPTER
     from .core.events import EVENT_ADAPTER, StateSnapshot
+    from .core.roads import RoadsMessage
 
     response = {"type": "object", "required": ["request_id", "ok", "error", "result"],
                 "properties": {"request_id": {"type": ["string", "null"]},
@@ -63,6 +64,7 @@ def _cmd_schema(args: argparse.Namespace) -> int:
         "events": EVENT_ADAPTER.json_schema(),
         "commands": COMMAND_ADAPTER.json_schema(),
         "state": StateSnapshot.model_json_schema(),
+        "roads": RoadsMessage.model_json_schema(),
         "response": response,
     }, indent=2))
     return 0
@@ -99,6 +101,12 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return demo(args)
 
 
+def _cmd_roads(args: argparse.Namespace) -> int:
+    from .roads_cli import roads
+
+    return roads(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="shoed", description="Electronic baccarat shoe daemon")
     parser.add_argument("--version", action="version", version=f"shoed {__version__}")
@@ -112,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("path", type=pathlib.Path)
     check.set_defaults(func=_cmd_check_config)
 
-    schema = sub.add_parser("schema", help="JSON Schema of events, state and commands")
+    schema = sub.add_parser("schema", help="JSON Schema of events, state, roads and commands")
     schema.set_defaults(func=_cmd_schema)
 
     analyze = sub.add_parser("analyze", help="exact probabilities and house edges")
@@ -120,6 +128,16 @@ def build_parser() -> argparse.ArgumentParser:
     analyze.add_argument("--table", choices=["commission", "super6"], default="commission")
     analyze.add_argument("--json", action="store_true")
     analyze.set_defaults(func=_cmd_analyze)
+
+    board = sub.add_parser("roads", help="the current scoreboard, read from the broker")
+    board.add_argument("--config", type=pathlib.Path, default=None,
+                       help="the daemon's config (broker, credentials, TLS, table)")
+    board.add_argument("--timeout", type=float, default=5.0,
+                       help="seconds to wait for the retained board")
+    board.add_argument("--json", action="store_true", help="print the message as JSON")
+    board.add_argument("--follow", action="store_true",
+                       help="show every new board until Ctrl-C (survives a broker restart)")
+    board.set_defaults(func=_cmd_roads)
 
     sim = sub.add_parser("simulate", help="a simulated shoe (device role)")
     where = sim.add_mutually_exclusive_group()

@@ -119,6 +119,13 @@ class LogSection(Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
 
 
+class RoadsSection(Section):
+    """The scoreboard (roads.md): grid height and what a dragon tail does."""
+
+    rows: int = Field(default=6, ge=3, le=12)
+    tail_mode: Literal["stay", "drop"] = "stay"
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SHOED_", env_nested_delimiter="__",
                                       extra="forbid")
@@ -130,6 +137,7 @@ class Settings(BaseSettings):
     cards: CardsSection = Field(default_factory=CardsSection)
     state: StateSection = Field(default_factory=StateSection)
     log: LogSection = Field(default_factory=LogSection)
+    roads: RoadsSection = Field(default_factory=RoadsSection)
 
     @classmethod
     def settings_customise_sources(
