@@ -3,6 +3,7 @@ at a terminal (Ctrl-C reaches every process in it), real Mosquitto, the pty shoe
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -17,7 +18,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import paho.mqtt.client as paho
+import aiomqtt
 import pytest
 
 from shoed.core.roads import RoadsFeed
@@ -120,30 +121,44 @@ def assert_clean(demo: Demo) -> None:
 
 
 class Watcher:
-    """A plain MQTT client on the broker: the events and statuses the daemons publish."""
+    """An MQTT client of its own (a thread with its own loop) on the broker: what the
+    daemons publish. `on_event(topic, payload)` may return (topic, payload) to publish,
+    retained."""
 
-    def __init__(self, port: int, topics: list[str]) -> None:
+    def __init__(self, port: int, topics: list[str], on_event: Any = None) -> None:
         self.messages: list[tuple[str, dict[str, Any]]] = []
-        self.client = paho.Client(paho.CallbackAPIVersion.VERSION2)
-        self.client.on_message = self._message
-        self.client.connect("127.0.0.1", port)
-        for topic in topics:
-            self.client.subscribe(topic, qos=1)
-        self.client.loop_start()
-        self.on_event: Any = None
+        self.on_event = on_event
+        self._ready = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._thread = threading.Thread(target=asyncio.run, args=(self._main(port, topics),),
+                                        daemon=True)
+        self._thread.start()
+        assert self._ready.wait(10), "the watcher did not connect"
 
-    def _message(self, client: Any, userdata: Any, message: Any) -> None:
-        with_payload = json.loads(message.payload) if message.payload else {}
-        self.messages.append((message.topic, with_payload))
-        if self.on_event is not None:
-            self.on_event(message.topic, with_payload)
+    async def _main(self, port: int, topics: list[str]) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._task = asyncio.current_task()
+        with contextlib.suppress(asyncio.CancelledError):
+            async with aiomqtt.Client("127.0.0.1", port,
+                                      identifier=f"test-watcher-{time.time_ns()}") as client:
+                for topic in topics:
+                    await client.subscribe(topic, qos=1)
+                self._ready.set()
+                async for message in client.messages:
+                    payload = json.loads(message.payload) if message.payload else {}  # type: ignore[arg-type,unused-ignore]
+                    self.messages.append((str(message.topic), payload))
+                    if self.on_event is not None and (out := self.on_event(
+                            str(message.topic), payload)) is not None:
+                        await client.publish(out[0], json.dumps(out[1]), qos=1, retain=True)
 
     def of(self, kind: str) -> list[dict[str, Any]]:
         return [p for t, p in self.messages if t.endswith("/events") and p.get("type") == kind]
 
     def close(self) -> None:
-        self.client.loop_stop()
-        self.client.disconnect()
+        if self._loop is not None and self._task is not None:
+            self._loop.call_soon_threadsafe(self._task.cancel)
+        self._thread.join(timeout=10)
 
 
 def test_ctrl_c_with_its_own_broker_ends_cleanly_and_removes_the_broker_dir(
@@ -249,17 +264,14 @@ def test_the_board_from_roads_is_shown_after_each_result(
         tmp_path: pathlib.Path, demos: list[Demo], broker: PrivateMosquitto) -> None:
     """Whoever publishes `{root}/roads` (the daemon, roads.md section 7), the view draws it."""
     feed = RoadsFeed()
-    watcher = Watcher(broker.port, ["shoed/DEMO/events"])
 
-    def publish_roads(topic: str, event: dict[str, Any]) -> None:
-        if feed.apply(event):
-            watcher.client.publish("shoed/DEMO/roads", json.dumps(feed.message()), qos=1,
-                                   retain=True)
+    def roads(topic: str, event: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+        return ("shoed/DEMO/roads", feed.message()) if feed.apply(event) else None
 
-    watcher.on_event = publish_roads
+    watcher = Watcher(broker.port, ["shoed/DEMO/events"], on_event=roads)
     try:
         demo = start(demos, tmp_path, "--broker", broker.url, "--unread-rate", "0", *FAST)
-        first = demo.wait_for(r"^hand 1: (PLAYER|BANKER|TIE)")
+        demo.wait_for(r"^hand 1: (PLAYER|BANKER|TIE)")
         at = demo.index_of(r"^hand 1: ")
         demo.wait_for(r"^  Bead plate", after=at)
         demo.wait_for(r"^  Big road", after=at)
@@ -268,7 +280,6 @@ def test_the_board_from_roads_is_shown_after_each_result(
         demo.wait_for(r"^  hands 2  ", after=demo.index_of(r"^hand 2: "))
         assert demo.interrupt() == 0
         assert_clean(demo)
-        del first
     finally:
         watcher.close()
 
