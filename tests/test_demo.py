@@ -242,6 +242,20 @@ def test_the_simulated_supervisor_enters_an_unread_card_and_the_result_follows(
     assert f"manual_card (the face of #{card})" in text.replace("\n      ", " ")
 
 
+def test_the_simulated_supervisor_resumes_a_resumable_hold(tmp_path: pathlib.Path,
+                                                           demos: list[Demo]) -> None:
+    demo = start(demos, tmp_path, "--own-broker", "--unread-rate", "0", "--reboot-after",
+                 "20", *FAST)
+    hold = demo.wait_for(r"^\*\* HOLD hand (\d+): device_rebooted")
+    hand = hold.group(1)
+    demo.wait_for(r"released by a supervisor's command on shoed/DEMO/cmd: resume")
+    demo.wait_for(r"supervisor \(simulated\): checked the table, sends resume")
+    demo.wait_for(rf"^\*\* hold released \(hand {hand}\)")
+    demo.wait_for(rf"^hand {hand}: ")
+    assert demo.interrupt() == 0
+    assert_clean(demo)
+
+
 def test_no_supervisor_leaves_the_hold_and_the_printed_command_releases_it(
         tmp_path: pathlib.Path, demos: list[Demo]) -> None:
     demo = start(demos, tmp_path, "--own-broker", "--no-supervisor", "--unread-rate", "1",
