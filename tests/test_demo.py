@@ -161,11 +161,27 @@ class Watcher:
         self._thread.join(timeout=10)
 
 
+async def retained_over_websockets(port: int, topic: str) -> dict[str, Any]:
+    async with aiomqtt.Client("127.0.0.1", port, transport="websockets",
+                              identifier=f"test-ws-{time.time_ns()}") as client:
+        await client.subscribe(topic, qos=1)
+        async with asyncio.timeout(10):
+            async for message in client.messages:
+                value = json.loads(message.payload)  # type: ignore[arg-type,unused-ignore]
+                assert isinstance(value, dict)
+                return value
+    raise AssertionError(f"nothing retained on {topic}")
+
+
 def test_ctrl_c_with_its_own_broker_ends_cleanly_and_removes_the_broker_dir(
         tmp_path: pathlib.Path, demos: list[Demo]) -> None:
     demo = start(demos, tmp_path, "--own-broker", "--unread-rate", "0", *FAST)
-    demo.wait_for(r"started the demo's own mosquitto on port \d+ \(WebSockets on \d+\)")
+    ports = demo.wait_for(r"started the demo's own mosquitto on port \d+ \(WebSockets on "
+                          r"(\d+)\)")
     demo.wait_for(r"^hand 2: ")
+    # The WebSockets listener (for the web console) serves MQTT: the retained state is there.
+    assert asyncio.run(retained_over_websockets(int(ports.group(1)), "shoed/DEMO/state")
+                       )["shoe_id"].startswith("DEMO-")
     assert list(tmp_path.glob("shoed-mosquitto-*")), "the broker's directory is in TMPDIR"
     started = time.monotonic()
     assert demo.interrupt() == 0, demo.text[-3000:]
