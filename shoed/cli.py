@@ -224,9 +224,27 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--usb", action="store_true", help="the shoe as a simulated USB device")
     demo.add_argument("--betting", choices=["none", "commands"], default="commands",
                       help="commands: a simulated game server closes betting")
+    demo.add_argument("--betting-time", type=float, default=2.0, metavar="SECONDS",
+                      help="how long the simulated game server keeps betting open")
     demo.add_argument("--duration", type=float, default=0, help="stop after N seconds")
+    demo.add_argument("--broker", metavar="URL",
+                      help="use the broker at this mqtt:// URL (default: the config's)")
+    demo.add_argument("--own-broker", action="store_true",
+                      help="start the demo's own mosquitto even if a broker answers")
+    demo.add_argument("--table", metavar="ID",
+                      help="table id (default: DEMO, or the first free DEMOn on a shared "
+                           "broker)")
+    demo.add_argument("--no-supervisor", action="store_true",
+                      help="leave holds to the person at the console")
+    demo.add_argument("--supervisor-delay", type=float, default=3.0, metavar="SECONDS",
+                      help="how long the simulated supervisor lets a hold show")
+    demo.add_argument("--no-console", action="store_true", help="do not start the web console")
+    demo.add_argument("--console-listen", metavar="HOST:PORT",
+                      help="where the web console listens (default 127.0.0.1:8080, or a "
+                           "free port)")
     add_simulation_options(demo)
-    demo.set_defaults(func=_cmd_demo)
+    # The shoe's decks reach the daemon's rules too; without --decks: the config's, or 8.
+    demo.set_defaults(func=_cmd_demo, decks=None, unread_rate=0.02)
 
     console = sub.add_parser("console", help="the table console: a web page, live")
     console.add_argument("--config", type=pathlib.Path, help="broker and table (default: "
@@ -241,14 +259,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def add_simulation_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--decks", type=int, default=8)
+    parser.add_argument("--decks", type=int, default=8, choices=range(1, 13), metavar="N")
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--pace", type=float, default=None,
                         help="seconds between pulls (0 = full speed)")
     parser.add_argument("--shoes", type=int, default=0, help="shoes to deal (0 = forever)")
     parser.add_argument("--multi-pull-rate", type=float, default=0.0)
     parser.add_argument("--unnecessary-rate", type=float, default=0.0)
-    parser.add_argument("--unread-rate", type=float, default=0.0)
+    parser.add_argument("--unread-rate", type=float, default=0.0,
+                        help="share of cards sent unread (demo: 0.02)")
     parser.add_argument("--noise-rate", type=float, default=0.0)
     parser.add_argument("--duplicate-rate", type=float, default=0.0)
     parser.add_argument("--truncate-rate", type=float, default=0.0)

@@ -1,37 +1,326 @@
-"""`shoed demo`, the README's main command: deals, shows results, and stops on Ctrl-C."""
+"""`shoed demo`, the README's main command, as a newcomer runs it: a real process group
+at a terminal (Ctrl-C reaches every process in it), real Mosquitto, the pty shoe."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
 import os
+import pathlib
+import re
+import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from typing import Any
+
+import aiomqtt
+import pytest
+
+from shoed.core.roads import RoadsFeed
+from shoed.sim.broker import PrivateMosquitto
+
+FAST = ["--pace", "0.03", "--betting-time", "0.2", "--supervisor-delay", "0.4",
+        "--no-console"]
 
 
-def test_demo_shows_hand_results_and_stops_on_ctrl_c() -> None:
-    proc = subprocess.Popen([sys.executable, "-m", "shoed.cli", "demo"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
-    assert proc.stdout is not None
-    seen: list[str] = []
-    deadline = time.monotonic() + 60
+class Demo:
+    """`shoed demo ...` in its own session, as a terminal runs a job: its own process
+    group, so that SIGINT to that group is what Ctrl-C at the terminal does."""
+
+    def __init__(self, tmp: pathlib.Path, *args: str, env: dict[str, str] | None = None
+                 ) -> None:
+        self.tmp = tmp
+        self.lines: list[str] = []
+        self._changed = threading.Condition()
+        environment = dict(os.environ, PYTHONUNBUFFERED="1", TMPDIR=str(tmp),
+                           COLUMNS="200", **(env or {}))
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "shoed.cli", "demo", *args], stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, env=environment,
+            start_new_session=True)
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            with self._changed:
+                self.lines.append(line.rstrip("\n"))
+                self._changed.notify_all()
+        with self._changed:
+            self._changed.notify_all()
+
+    @property
+    def text(self) -> str:
+        with self._changed:
+            return "\n".join(self.lines)
+
+    def wait_for(self, pattern: str, timeout: float = 30.0, after: int = 0) -> re.Match[str]:
+        """The first line (from line `after` on) matching `pattern`."""
+        deadline = time.monotonic() + timeout
+        regex = re.compile(pattern)
+        with self._changed:
+            while True:
+                for line in self.lines[after:]:
+                    if found := regex.search(line):
+                        return found
+                left = deadline - time.monotonic()
+                if left <= 0 or (self.proc.poll() is not None and not self._reader.is_alive()):
+                    raise AssertionError(f"no line matching {pattern!r}; output:\n"
+                                         + "\n".join(self.lines[-60:]))
+                self._changed.wait(min(left, 0.2))
+
+    def index_of(self, pattern: str) -> int:
+        regex = re.compile(pattern)
+        return next(i for i, line in enumerate(self.lines) if regex.search(line))
+
+    def interrupt(self, timeout: float = 15.0) -> int:
+        """Ctrl-C: SIGINT to the whole process group, then wait for the exit."""
+        os.killpg(self.proc.pid, signal.SIGINT)
+        return self.wait(timeout)
+
+    def wait(self, timeout: float = 30.0) -> int:
+        code = self.proc.wait(timeout=timeout)
+        self._reader.join(timeout=5)
+        return code
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+@pytest.fixture
+def demos(tmp_path: pathlib.Path) -> Iterator[list[Demo]]:
+    started: list[Demo] = []
+    yield started
+    for demo in started:
+        demo.kill()
+
+
+def start(demos: list[Demo], tmp: pathlib.Path, *args: str) -> Demo:
+    demo = Demo(tmp, *args)
+    demos.append(demo)
+    return demo
+
+
+def assert_clean(demo: Demo) -> None:
+    """No traceback, every line within 80 columns (the terminal said 200); only a word
+    that is longer by itself (a long path) may stand out, alone on its line."""
+    text = demo.text
+    assert "Traceback" not in text, text[-3000:]
+    assert "Bad file descriptor" not in text, text[-3000:]
+    wide = [line for line in demo.lines if len(line) > 80 and " " in line.strip()]
+    assert not wide, wide[:5]
+
+
+class Watcher:
+    """An MQTT client of its own (a thread with its own loop) on the broker: what the
+    daemons publish. `on_event(topic, payload)` may return (topic, payload) to publish,
+    retained."""
+
+    def __init__(self, port: int, topics: list[str], on_event: Any = None) -> None:
+        self.messages: list[tuple[str, dict[str, Any]]] = []
+        self.on_event = on_event
+        self._ready = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._thread = threading.Thread(target=asyncio.run, args=(self._main(port, topics),),
+                                        daemon=True)
+        self._thread.start()
+        assert self._ready.wait(10), "the watcher did not connect"
+
+    async def _main(self, port: int, topics: list[str]) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._task = asyncio.current_task()
+        with contextlib.suppress(asyncio.CancelledError):
+            async with aiomqtt.Client("127.0.0.1", port,
+                                      identifier=f"test-watcher-{time.time_ns()}") as client:
+                for topic in topics:
+                    await client.subscribe(topic, qos=1)
+                self._ready.set()
+                async for message in client.messages:
+                    payload = json.loads(message.payload) if message.payload else {}  # type: ignore[arg-type,unused-ignore]
+                    self.messages.append((str(message.topic), payload))
+                    if self.on_event is not None and (out := self.on_event(
+                            str(message.topic), payload)) is not None:
+                        await client.publish(out[0], json.dumps(out[1]), qos=1, retain=True)
+
+    def of(self, kind: str) -> list[dict[str, Any]]:
+        return [p for t, p in self.messages if t.endswith("/events") and p.get("type") == kind]
+
+    def close(self) -> None:
+        if self._loop is not None and self._task is not None:
+            self._loop.call_soon_threadsafe(self._task.cancel)
+        self._thread.join(timeout=10)
+
+
+async def retained_over_websockets(port: int, topic: str) -> dict[str, Any]:
+    async with aiomqtt.Client("127.0.0.1", port, transport="websockets",
+                              identifier=f"test-ws-{time.time_ns()}") as client:
+        await client.subscribe(topic, qos=1)
+        async with asyncio.timeout(10):
+            async for message in client.messages:
+                value = json.loads(message.payload)  # type: ignore[arg-type,unused-ignore]
+                assert isinstance(value, dict)
+                return value
+    raise AssertionError(f"nothing retained on {topic}")
+
+
+def test_ctrl_c_with_its_own_broker_ends_cleanly_and_removes_the_broker_dir(
+        tmp_path: pathlib.Path, demos: list[Demo]) -> None:
+    demo = start(demos, tmp_path, "--own-broker", "--unread-rate", "0", *FAST)
+    ports = demo.wait_for(r"started the demo's own mosquitto on port \d+ \(WebSockets on "
+                          r"(\d+)\)")
+    demo.wait_for(r"^hand 2: ")
+    # The WebSockets listener (for the web console) serves MQTT: the retained state is there.
+    assert asyncio.run(retained_over_websockets(int(ports.group(1)), "shoed/DEMO/state")
+                       )["shoe_id"].startswith("DEMO-")
+    assert list(tmp_path.glob("shoed-mosquitto-*")), "the broker's directory is in TMPDIR"
+    started = time.monotonic()
+    assert demo.interrupt() == 0, demo.text[-3000:]
+    assert time.monotonic() - started < 10
+    assert_clean(demo)
+    assert "hand results shown. Journal and log kept in:" in demo.text
+    assert not list(tmp_path.glob("shoed-mosquitto-*")), "the broker's directory is left"
+    # Every card is shown in its position, every result with its payouts.
+    hand_1 = demo.lines[demo.index_of(r"^hand 1: "):]
+    assert re.search(r"^  hand 1 +P1 +(10|[2-9AJQK])[♠♥♦♣]", demo.text, re.M)
+    assert re.search(r"^  hand 1 +B2 +(10|[2-9AJQK])[♠♥♦♣]", demo.text, re.M)
+    assert re.match(r"  natural: .*pairs: .*(big|small)", hand_1[1])
+    assert "pays " in hand_1[2] and "lose " in hand_1[2]
+
+
+def test_betting_none_runs_and_stops_cleanly(tmp_path: pathlib.Path,
+                                             demos: list[Demo]) -> None:
+    demo = start(demos, tmp_path, "--own-broker", "--betting", "none", "--duration", "3",
+                 "--unread-rate", "0", *FAST)
+    assert demo.wait() == 0, demo.text[-3000:]
+    assert_clean(demo)
+    assert re.search(r"^hand \d+: ", demo.text, re.M)
+    assert re.search(r"betting\s+none ===", demo.text)
+    assert not list(tmp_path.glob("shoed-mosquitto-*"))
+
+
+def test_two_demos_on_one_broker_take_different_tables_and_decks_reach_the_daemon(
+        tmp_path: pathlib.Path, demos: list[Demo], broker: PrivateMosquitto) -> None:
+    watcher = Watcher(broker.port, ["shoed/+/events", "shoed/+/status"])
     try:
-        while time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            seen.append(line)
-            if " -> " in line and "hand 1" in line:  # "hand 1 Player ... -> BANKER ..."
-                break
-        assert any(" -> " in x for x in seen), "".join(seen[-20:])
-        started = time.monotonic()
-        proc.send_signal(signal.SIGINT)
-        rest = proc.communicate(timeout=15)[0]
-        assert proc.returncode == 0
-        assert time.monotonic() - started < 10
-        assert "hand results shown" in rest
+        first = start(demos, tmp_path, "--broker", broker.url, "--decks", "2",
+                      "--unread-rate", "0", *FAST)
+        first.wait_for(r"^hand 1: ")
+        second = start(demos, tmp_path, "--broker", broker.url, "--unread-rate", "0", *FAST)
+        second.wait_for(r"table DEMO is in use on this broker: this demo is table DEMO2")
+        second.wait_for(r"^hand 1: ")
+        hands_before = len(first.lines)
+        first.wait_for(r"^hand \d+: ", after=hands_before)  # the first one is not kicked off
+        assert first.interrupt() == 0 and second.interrupt() == 0
+        for demo in (first, second):
+            assert_clean(demo)
+        started = {(p["table_id"], p["decks"]) for p in watcher.of("shoe_started")}
+        assert ("DEMO", 2) in started and ("DEMO2", 8) in started, started
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        watcher.close()
+
+
+def test_a_demo_refuses_a_table_that_is_online(tmp_path: pathlib.Path, demos: list[Demo],
+                                               broker: PrivateMosquitto) -> None:
+    first = start(demos, tmp_path, "--broker", broker.url, "--table", "T7", *FAST)
+    first.wait_for(r"^=== shoe ")
+    second = start(demos, tmp_path, "--broker", broker.url, "--table", "T7", *FAST)
+    assert second.wait() == 2
+    assert "table T7 is in use" in second.text and "shoed/T7/status" in second.text
+    assert first.interrupt() == 0
+
+
+def test_the_simulated_supervisor_enters_an_unread_card_and_the_result_follows(
+        tmp_path: pathlib.Path, demos: list[Demo]) -> None:
+    demo = start(demos, tmp_path, "--own-broker", "--unread-rate", "0.15", "--seed", "5",
+                 *FAST)
+    hold = demo.wait_for(r"^\*\* HOLD hand (\d+): card_unread, card #(\d+)")
+    hand, card = hold.group(1), hold.group(2)
+    entered = demo.wait_for(rf"supervisor \(simulated\): enters card #{card} as "
+                            r"((10|[2-9AJQK])[♠♥♦♣]) with manual_card")
+    demo.wait_for(rf"^  hand {hand} +\S+ +{re.escape(entered.group(1))} +#{card}  "
+                  "entered by hand")
+    demo.wait_for(rf"^\*\* hold released \(hand {hand}\)")
+    demo.wait_for(rf"^hand {hand}: ")
+    assert demo.interrupt() == 0
+    assert_clean(demo)
+    # The hold says what releases it before the supervisor acts.
+    text = demo.text
+    assert f"manual_card (the face of #{card})" in text.replace("\n      ", " ")
+
+
+def test_the_simulated_supervisor_resumes_a_resumable_hold(tmp_path: pathlib.Path,
+                                                           demos: list[Demo]) -> None:
+    demo = start(demos, tmp_path, "--own-broker", "--unread-rate", "0", "--reboot-after",
+                 "20", *FAST)
+    hold = demo.wait_for(r"^\*\* HOLD hand (\d+): device_rebooted")
+    hand = hold.group(1)
+    demo.wait_for(r"released by a supervisor's command on shoed/DEMO/cmd: resume")
+    demo.wait_for(r"supervisor \(simulated\): checked the table, sends resume")
+    demo.wait_for(rf"^\*\* hold released \(hand {hand}\)")
+    demo.wait_for(rf"^hand {hand}: ")
+    assert demo.interrupt() == 0
+    assert_clean(demo)
+
+
+def test_no_supervisor_leaves_the_hold_and_the_printed_command_releases_it(
+        tmp_path: pathlib.Path, demos: list[Demo]) -> None:
+    demo = start(demos, tmp_path, "--own-broker", "--no-supervisor", "--unread-rate", "1",
+                 *FAST)
+    demo.wait_for(r"^\*\* HOLD commencement: card_unread, card #1")
+    demo.wait_for(r"^   mosquitto_pub ")
+    time.sleep(2.0)  # far longer than the supervisor's delay: nobody releases it
+    assert "hold released" not in demo.text and "supervisor (simulated)" not in demo.text
+    at = demo.index_of(r"^   mosquitto_pub ")
+    end = next(i for i in range(at, len(demo.lines)) if demo.lines[i].endswith("}'"))
+    command = "\n".join(demo.lines[at:end + 1])
+    subprocess.run(["bash", "-c", command], check=True, timeout=10)
+    demo.wait_for(r"^\*\* hold released \(commencement\)")
+    demo.wait_for(r"^commencement card K♥: ")
+    assert demo.interrupt() == 0
+    assert_clean(demo)
+
+
+def test_the_board_from_roads_is_shown_after_each_result(
+        tmp_path: pathlib.Path, demos: list[Demo], broker: PrivateMosquitto) -> None:
+    """Whoever publishes `{root}/roads` (the daemon, roads.md section 7), the view draws it."""
+    feed = RoadsFeed()
+
+    def roads(topic: str, event: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+        return ("shoed/DEMO/roads", feed.message()) if feed.apply(event) else None
+
+    watcher = Watcher(broker.port, ["shoed/DEMO/events"], on_event=roads)
+    try:
+        demo = start(demos, tmp_path, "--broker", broker.url, "--unread-rate", "0", *FAST)
+        demo.wait_for(r"^hand 1: (PLAYER|BANKER|TIE)")
+        at = demo.index_of(r"^hand 1: ")
+        demo.wait_for(r"^  Bead plate", after=at)
+        demo.wait_for(r"^  Big road", after=at)
+        demo.wait_for(r"^  hands 1  ", after=at)
+        demo.wait_for(r"^hand 2: ", after=at)
+        demo.wait_for(r"^  hands 2  ", after=demo.index_of(r"^hand 2: "))
+        assert demo.interrupt() == 0
+        assert_clean(demo)
+    finally:
+        watcher.close()
+
+
+def test_scripts_demo_prints_nothing_noisy_before_the_demo(tmp_path: pathlib.Path) -> None:
+    root = pathlib.Path(__file__).resolve().parents[1]
+    if not (root / ".venv" / "bin" / "shoed").exists():
+        pytest.skip("scripts/demo runs .venv, which scripts/bootstrap has not made here")
+    script = (root / "scripts" / "demo").read_text()
+    assert "scripts/bootstrap" in script
+    out = subprocess.run(["bash", "-c", f"{shlex.quote(str(root / 'scripts/demo'))} --help"],
+                         capture_output=True, text=True, timeout=300, check=True)
+    assert out.stderr == "", out.stderr
+    assert out.stdout.startswith("usage: shoed demo"), out.stdout[:500]

@@ -168,8 +168,8 @@ async def serve_console(settings: Settings, listen: str | None = None,
     """Start the console on the running loop and return its URL (it serves until the
     loop ends). For a handle that can be closed, use :func:`start_console`."""
     console = await start_console(settings, listen, tables)
-    _RUNNING.add(console)
+    _RUNNING.append(console)
     return console.url
 
 
-_RUNNING: set[ConsoleServer] = set()
+_RUNNING: list[ConsoleServer] = []  # kept alive while the loop serves them

@@ -41,13 +41,15 @@ def answers(host: str, port: int, timeout: float = 0.5) -> bool:
 class PrivateMosquitto:
     """`mosquitto -c <conf>` on 127.0.0.1:<port>; stop(), start() again on the same port.
 
-    `websockets=True` adds a second listener speaking MQTT over WebSockets (for the
-    console's page) on `ws_port` (`ws_url`)."""
+    `websockets=True` (or `websockets_port=N`) adds a second listener speaking MQTT over
+    WebSockets (for the console's page) on `ws_port` (`ws_url`)."""
 
     def __init__(self, port: int | None = None, extra_config: str = "",
-                 directory: pathlib.Path | None = None, websockets: bool = False) -> None:
+                 directory: pathlib.Path | None = None, websockets: bool = False,
+                 websockets_port: int | None = None) -> None:
         self.port = port or free_port()
-        self.ws_port: int | None = free_port() if websockets else None
+        # MQTT over WebSockets (for a browser), on its own loopback port when asked for.
+        self.ws_port: int | None = websockets_port or (free_port() if websockets else None)
         self.dir = directory or pathlib.Path(tempfile.mkdtemp(prefix="shoed-mosquitto-"))
         self.extra_config = extra_config
         self.proc: subprocess.Popen[bytes] | None = None
@@ -69,17 +71,22 @@ class PrivateMosquitto:
         # Started as root, mosquitto would drop to user "mosquitto", which cannot read a
         # private temp dir: this broker is a private one, so it stays the caller's user.
         as_user = f"user {pwd.getpwuid(os.geteuid()).pw_name}\n" if os.geteuid() == 0 else ""
-        conf.write_text(listener + as_user + "persistence false\nlog_dest stderr\n"
-                        "log_type error\nlog_type warning\n" + self.extra_config)
+        conf.write_text(listener + as_user + "persistence false\n"
+                        "log_dest stderr\nlog_type error\nlog_type warning\n"
+                        + self.extra_config)
         log = open(self.dir / "mosquitto.log", "ab")  # noqa: SIM115 - lives with the process
+        # Its own session: a Ctrl-C at the terminal goes to the caller's process group, and
+        # the caller stops the broker when it is done with it, not before.
         self.proc = subprocess.Popen([mosquitto_binary(), "-c", str(conf)], stdout=log,
-                                     stderr=log, stdin=subprocess.DEVNULL)
+                                     stderr=log, stdin=subprocess.DEVNULL,
+                                     start_new_session=True)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise BrokerError(f"mosquitto exited with {self.proc.returncode}: "
                                   f"{(self.dir / 'mosquitto.log').read_text()[-500:]}")
-            if answers("127.0.0.1", self.port, 0.2):
+            if answers("127.0.0.1", self.port, 0.2) and (
+                    self.ws_port is None or answers("127.0.0.1", self.ws_port, 0.2)):
                 return
             time.sleep(0.05)
         raise BrokerError(f"mosquitto did not answer on port {self.port} in {timeout} s")
@@ -97,3 +104,8 @@ class PrivateMosquitto:
             self.proc.kill()
             self.proc.wait()
         self.proc = None
+
+    def remove(self) -> None:
+        """Stop the broker and delete its directory (config, log)."""
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)

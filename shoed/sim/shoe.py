@@ -70,6 +70,9 @@ class Script:
     rfid: dict[str, str] | None = None  # card -> UID hex (then code_kind 2)
     shoes: int = 1  # how many shoes to deal (0 = forever)
     betting_s: float = 0.0  # commands mode: how long the simulated game server waits
+    # After an unread card the dealer loads no new shoe (even if that card ended this one)
+    # until the gate opens or `SimulatedShoe.release()` says the hold was resolved.
+    wait_for_release: bool = False
 
 
 @dataclass
@@ -92,6 +95,10 @@ class SimulatedShoe:
         self.indicator = 0
         self.cards_dealt = 0
         self.dealt: list[str] = []  # every card that left the shoe, upper card of a pull first
+        # The true face of every card sent unread, by its device card_index (this shoe): what
+        # a supervisor reads off the card itself. The demo's simulated supervisor asks it.
+        self.unread_cards: dict[int, str] = {}
+        self.hold_pending = False  # an unread card sent, its hold not known to be resolved
         self.shoes_dealt = 0
         self.finished = False
         self._boot(self.now)
@@ -142,6 +149,8 @@ class SimulatedShoe:
                                  self.serial_no), now)
             elif isinstance(message, SetGate):
                 self.gate_locked = bool(message.locked)
+                if not self.gate_locked:
+                    self.hold_pending = False
             elif isinstance(message, SetIndicator):
                 self.indicator = message.pattern
 
@@ -204,9 +213,15 @@ class SimulatedShoe:
     def _between_shoes(self) -> bool:
         """No shoe in the device, or the last one ended: loading a shoe is not a draw,
         so the exit gate (locked after the last hand) does not stop it."""
+        if self.hold_pending:
+            return False  # the host holds an unread card: the dealer waits for the supervisor
         mirror = self._mirror
         return mirror is None or mirror.public_state()["shoe_state"] in ("shoe_ended",
                                                                           "shoe_voided")
+
+    def release(self) -> None:
+        """The host's hold was resolved (the demo sees it on MQTT)."""
+        self.hold_pending = False
 
     def _heartbeat(self, now: float) -> None:
         if self.link.idle and now - self._last_heartbeat >= 1.0:
@@ -283,6 +298,8 @@ class SimulatedShoe:
             if self.record_to is not None:  # card, then when it left (CLOCK_MONOTONIC)
                 self.record_to.write(f"{card}\t{now:.6f}\n")
             if self.rng.random() < self.script.unread_rate:
+                self.unread_cards[self.card_index] = card
+                self.hold_pending = self.script.wait_for_release
                 items.append(CardUnread(up, self.card_index, self._pull_id, pos, size, 1))
             elif self.script.rfid is not None:
                 uid = bytes.fromhex(self.script.rfid[card])
