@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import pathlib
 import sys
+from collections.abc import Callable
 
 from . import __version__
 
@@ -99,6 +101,51 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return demo(args)
 
 
+def number(kind: type[int] | type[float], low: float | None = None,
+           high: float | None = None) -> Callable[[str], float]:
+    """An argparse `type=` that accepts a finite `kind` in low..high (either end optional).
+
+    A bad value makes argparse print the option, the range and the value, and exit 2.
+    """
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            noun = "a whole number" if kind is int else "a number"
+            raise argparse.ArgumentTypeError(f"expected {noun}, got {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+        if (low is not None and value < low) or (high is not None and value > high):
+            if high is None:
+                wanted = f"at least {low:g}"
+            elif low is None:
+                wanted = f"at most {high:g}"
+            else:
+                wanted = f"from {low:g} to {high:g}"
+            raise argparse.ArgumentTypeError(f"must be {wanted}, got {text}")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in its own messages
+    return parse
+
+
+DECKS = number(int, 1, 12)
+RATE = number(float, 0, 1)
+SECONDS = number(float, 0, 10**7)
+
+
+def host_port(text: str) -> str:
+    """`HOST:PORT` (HOST may be empty: 127.0.0.1), PORT 1..65535."""
+    _host, sep, port = text.rpartition(":")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
+    try:
+        number(int, 1, 65535)(port)
+    except argparse.ArgumentTypeError as error:
+        raise argparse.ArgumentTypeError(f"port {error} (in {text!r})") from None
+    return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="shoed", description="Electronic baccarat shoe daemon")
     parser.add_argument("--version", action="version", version=f"shoed {__version__}")
@@ -116,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     schema.set_defaults(func=_cmd_schema)
 
     analyze = sub.add_parser("analyze", help="exact probabilities and house edges")
-    analyze.add_argument("--decks", type=int, default=8)
+    analyze.add_argument("--decks", type=DECKS, default=8, help="1..12")
     analyze.add_argument("--table", choices=["commission", "super6"], default="commission")
     analyze.add_argument("--json", action="store_true")
     analyze.set_defaults(func=_cmd_analyze)
@@ -125,7 +172,8 @@ def build_parser() -> argparse.ArgumentParser:
     where = sim.add_mutually_exclusive_group()
     where.add_argument("--pty", action="store_true", help="create a pseudo-terminal (default)")
     where.add_argument("--port", help="an existing serial device to speak on")
-    where.add_argument("--listen", metavar="HOST:PORT", help="serve TCP (socket:// in shoed)")
+    where.add_argument("--listen", metavar="HOST:PORT", type=host_port,
+                       help="serve TCP (socket:// in shoed)")
     sim.add_argument("--link", type=pathlib.Path, help="keep this symlink pointing at the pty")
     sim.add_argument("--record", type=pathlib.Path, help="append every dealt card to this file")
     add_simulation_options(sim)
@@ -136,25 +184,24 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--usb", action="store_true", help="the shoe as a simulated USB device")
     demo.add_argument("--betting", choices=["none", "commands"], default="commands",
                       help="commands: a simulated game server closes betting")
-    demo.add_argument("--duration", type=float, default=0, help="stop after N seconds")
+    demo.add_argument("--duration", type=SECONDS, default=0,
+                      help="stop after N seconds (0 = run until Ctrl-C)")
     add_simulation_options(demo)
     demo.set_defaults(func=_cmd_demo)
     return parser
 
 
 def add_simulation_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--decks", type=int, default=8)
-    parser.add_argument("--seed", type=int, default=None)
-    parser.add_argument("--pace", type=float, default=None,
+    parser.add_argument("--decks", type=DECKS, default=8, help="1..12")
+    parser.add_argument("--seed", type=number(int, 0, 2**64 - 1), default=None)
+    parser.add_argument("--pace", type=number(float, 0, 3600), default=None,
                         help="seconds between pulls (0 = full speed)")
-    parser.add_argument("--shoes", type=int, default=0, help="shoes to deal (0 = forever)")
-    parser.add_argument("--multi-pull-rate", type=float, default=0.0)
-    parser.add_argument("--unnecessary-rate", type=float, default=0.0)
-    parser.add_argument("--unread-rate", type=float, default=0.0)
-    parser.add_argument("--noise-rate", type=float, default=0.0)
-    parser.add_argument("--duplicate-rate", type=float, default=0.0)
-    parser.add_argument("--truncate-rate", type=float, default=0.0)
-    parser.add_argument("--reboot-after", type=int, default=None, help="reboot after N cards")
+    parser.add_argument("--shoes", type=number(int, 0, 10**6), default=0,
+                        help="shoes to deal (0 = forever)")
+    for rate in ("multi-pull", "unnecessary", "unread", "noise", "duplicate", "truncate"):
+        parser.add_argument(f"--{rate}-rate", type=RATE, default=0.0, help="0..1")
+    parser.add_argument("--reboot-after", type=number(int, 1, 10**9), default=None,
+                        help="reboot after N cards")
     parser.add_argument("--rfid-manifest", type=pathlib.Path, default=None,
                         help="send RFID codes; write the deck manifest (uid,card) here")
 
