@@ -52,19 +52,32 @@ def test_a_foreign_pty_on_the_freed_number_is_never_opened(
                                        for a in c.of("alarm")), 10, "device_lost raised")
             await wait_for(lambda: not os.path.exists(old), 5, "the old pty to go")
             # Another table's shoe, mid-stream, on the pty number just freed (the kernel
-            # gives the lowest free one: usually ours).
+            # gives the lowest free one: usually ours), held until the daemon would have
+            # opened it (its back-off is 0.5 s here).
             master, slave = os.openpty()
+            for _ in range(20):
+                if os.ttyname(slave) == old:
+                    break
+                os.close(master)
+                os.close(slave)
+                await asyncio.sleep(0.01)
+                master, slave = os.openpty()
             tty.setraw(master)
             tty.setraw(slave)
+            opened = False
             try:
-                for i in range(30):
+                for i in range(100):
                     card = Card(1000 + i, 30 + i, 30 + i, 1, 1, 1, optical_code("9S"), 95)
                     os.write(master, build_frame(type_code_of(card), 300 + i,
                                                  encode_payload(card)))
                     await asyncio.sleep(0.02)
+                    opened = opened or r.daemon.device_connected
+                    if i >= 50 and opened:
+                        break
             finally:
                 os.close(master)
                 os.close(slave)
+            assert not opened, "the daemon opened another program's pty"
             r.pty.plug()
             await wait_for(lambda: c.of("shoe_ended"), 60, "the shoe to end")
             codes = {a["code"] for a in c.of("alarm")}
