@@ -8,11 +8,17 @@ import subprocess
 import sys
 import time
 
+from shoed.broker import free_port
+
 
 def test_demo_shows_hand_results_and_stops_on_ctrl_c() -> None:
+    # A port where nothing answers: the demo starts its own broker. (A broker already on
+    # 1883 may be shared with other demos, all of them table DEMO: they would take each
+    # other's MQTT session.)
+    url = f"mqtt://127.0.0.1:{free_port()}"
     proc = subprocess.Popen([sys.executable, "-m", "shoed.cli", "demo"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+                            env=dict(os.environ, PYTHONUNBUFFERED="1", SHOED_MQTT__URL=url))
     assert proc.stdout is not None
     seen: list[str] = []
     deadline = time.monotonic() + 60
