@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import pathlib
 import sys
+from collections.abc import Callable
 
 from . import __version__
 
@@ -157,10 +159,57 @@ def _cmd_roads(args: argparse.Namespace) -> int:
     from .roads_cli import roads
 
     return roads(args)
+
+
 def _cmd_console(args: argparse.Namespace) -> int:
     from .console.cli import console_main
 
     return console_main(args)
+
+
+def number(kind: type[int] | type[float], low: float | None = None,
+           high: float | None = None) -> Callable[[str], float]:
+    """An argparse `type=` that accepts a finite `kind` in low..high (either end optional).
+
+    A bad value makes argparse print the option, the range and the value, and exit 2.
+    """
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            noun = "a whole number" if kind is int else "a number"
+            raise argparse.ArgumentTypeError(f"expected {noun}, got {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+        if (low is not None and value < low) or (high is not None and value > high):
+            if high is None:
+                wanted = f"at least {low:g}"
+            elif low is None:
+                wanted = f"at most {high:g}"
+            else:
+                wanted = f"from {low:g} to {high:g}"
+            raise argparse.ArgumentTypeError(f"must be {wanted}, got {text}")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in its own messages
+    return parse
+
+
+DECKS = number(int, 1, 12)
+RATE = number(float, 0, 1)
+SECONDS = number(float, 0, 10**7)
+
+
+def host_port(text: str) -> str:
+    """`HOST:PORT` (HOST may be empty: 127.0.0.1), PORT 1..65535."""
+    _host, sep, port = text.rpartition(":")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
+    try:
+        number(int, 1, 65535)(port)
+    except argparse.ArgumentTypeError as error:
+        raise argparse.ArgumentTypeError(f"port {error} (in {text!r})") from None
+    return text
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -188,7 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
     schema.set_defaults(func=_cmd_schema)
 
     analyze = sub.add_parser("analyze", help="exact probabilities and house edges")
-    analyze.add_argument("--decks", type=int, default=None,
+    analyze.add_argument("--decks", type=DECKS, default=None,
                          help="1 to 12 (default: the config's rules.decks, else 8)")
     analyze.add_argument("--table", choices=["commission", "super6", "ez"], default=None,
                          help="table type (default: the config's, else commission)")
@@ -213,7 +262,8 @@ def build_parser() -> argparse.ArgumentParser:
     where = sim.add_mutually_exclusive_group()
     where.add_argument("--pty", action="store_true", help="create a pseudo-terminal (default)")
     where.add_argument("--port", help="an existing serial device to speak on")
-    where.add_argument("--listen", metavar="HOST:PORT", help="serve TCP (socket:// in shoed)")
+    where.add_argument("--listen", metavar="HOST:PORT", type=host_port,
+                       help="serve TCP (socket:// in shoed)")
     sim.add_argument("--link", type=pathlib.Path, help="keep this symlink pointing at the pty")
     sim.add_argument("--record", type=pathlib.Path, help="append every dealt card to this file")
     add_simulation_options(sim)
@@ -224,9 +274,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--usb", action="store_true", help="the shoe as a simulated USB device")
     demo.add_argument("--betting", choices=["none", "commands"], default="commands",
                       help="commands: a simulated game server closes betting")
-    demo.add_argument("--betting-time", type=float, default=2.0, metavar="SECONDS",
+    demo.add_argument("--betting-time", type=SECONDS, default=2.0, metavar="SECONDS",
                       help="how long the simulated game server keeps betting open")
-    demo.add_argument("--duration", type=float, default=0, help="stop after N seconds")
+    demo.add_argument("--duration", type=SECONDS, default=0,
+                      help="stop after N seconds (0 = run until Ctrl-C)")
     demo.add_argument("--broker", metavar="URL",
                       help="use the broker at this mqtt:// URL (default: the config's)")
     demo.add_argument("--own-broker", action="store_true",
@@ -236,10 +287,10 @@ def build_parser() -> argparse.ArgumentParser:
                            "broker)")
     demo.add_argument("--no-supervisor", action="store_true",
                       help="leave holds to the person at the console")
-    demo.add_argument("--supervisor-delay", type=float, default=3.0, metavar="SECONDS",
+    demo.add_argument("--supervisor-delay", type=SECONDS, default=3.0, metavar="SECONDS",
                       help="how long the simulated supervisor lets a hold show")
     demo.add_argument("--no-console", action="store_true", help="do not start the web console")
-    demo.add_argument("--console-listen", metavar="HOST:PORT",
+    demo.add_argument("--console-listen", type=host_port, metavar="HOST:PORT",
                       help="where the web console listens (default 127.0.0.1:8080, or a "
                            "free port)")
     add_simulation_options(demo)
@@ -259,19 +310,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def add_simulation_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--decks", type=int, default=8, choices=range(1, 13), metavar="N")
-    parser.add_argument("--seed", type=int, default=None)
-    parser.add_argument("--pace", type=float, default=None,
+    parser.add_argument("--decks", type=DECKS, default=8, help="1..12")
+    parser.add_argument("--seed", type=number(int, 0, 2**64 - 1), default=None)
+    parser.add_argument("--pace", type=number(float, 0, 3600), default=None,
                         help="seconds between pulls (0 = full speed)")
-    parser.add_argument("--shoes", type=int, default=0, help="shoes to deal (0 = forever)")
-    parser.add_argument("--multi-pull-rate", type=float, default=0.0)
-    parser.add_argument("--unnecessary-rate", type=float, default=0.0)
-    parser.add_argument("--unread-rate", type=float, default=0.0,
-                        help="share of cards sent unread (demo: 0.02)")
-    parser.add_argument("--noise-rate", type=float, default=0.0)
-    parser.add_argument("--duplicate-rate", type=float, default=0.0)
-    parser.add_argument("--truncate-rate", type=float, default=0.0)
-    parser.add_argument("--reboot-after", type=int, default=None, help="reboot after N cards")
+    parser.add_argument("--shoes", type=number(int, 0, 10**6), default=0,
+                        help="shoes to deal (0 = forever)")
+    for rate in ("multi-pull", "unnecessary", "unread", "noise", "duplicate", "truncate"):
+        parser.add_argument(f"--{rate}-rate", type=RATE, default=0.0, help="0..1")
+    # (the demo's --unread-rate defaults to 0.02: see its set_defaults)
+    parser.add_argument("--reboot-after", type=number(int, 1, 10**9), default=None,
+                        help="reboot after N cards")
     parser.add_argument("--rfid-manifest", type=pathlib.Path, default=None,
                         help="send RFID codes; write the deck manifest (uid,card) here")
 

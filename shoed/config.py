@@ -76,6 +76,16 @@ class MqttSection(Section):
     keepalive: int = Field(default=30, ge=5, le=600)
     publish_timeout_s: float = Field(default=10.0, gt=0, le=120)
 
+    @field_validator("topic_prefix")
+    @classmethod
+    def _topic_prefix(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        problem = topic_prefix_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
     @property
     def tls(self) -> bool:
         return self.url.startswith("mqtts://")
@@ -85,6 +95,30 @@ class MqttSection(Section):
         rest = self.url.split("://", 1)[1].rstrip("/")
         host, _, port = rest.partition(":")
         return host, int(port) if port else (8883 if self.tls else 1883)
+
+
+def topic_prefix_problem(value: str) -> str | None:
+    """Why `value` cannot be the root of every topic the daemon publishes, or None.
+
+    A root with a wildcard is not a topic one can publish to, an empty level or a slash at
+    either end makes topics no consumer subscribes to by accident, and `$` topics belong to
+    the broker: the daemon would never connect or never be heard.
+    """
+    if not value:
+        return "must not be empty (leave it out for shoed/<table.id>)"
+    if "#" in value or "+" in value:
+        return "must not contain the MQTT wildcards '#' or '+'"
+    if "\x00" in value:
+        return "must not contain a NUL character"
+    if value.startswith("/") or value.endswith("/"):
+        return "must not start or end with '/'"
+    if "//" in value:
+        return "must not contain an empty level ('//')"
+    if value.startswith("$"):
+        return "must not start with '$' (topics reserved for the broker)"
+    if len(value.encode()) > 1024:
+        return "must be at most 1024 bytes"
+    return None
 
 
 class PayoutsSection(Section):
@@ -341,14 +375,31 @@ def load_settings(path: str | os.PathLike[str] | None) -> Settings:
         raise ConfigError(f"invalid configuration: {_describe(error)}") from error
     finally:
         os.environ.pop("_SHOED_CONFIG_FILE", None)
+    for key in ("password_file", "ca_file", "cert_file", "key_file"):
+        file = getattr(settings.mqtt, key)
+        if file is not None:
+            require_readable_file(file, f"mqtt.{key}")
     if settings.mqtt.password_file is not None:
-        if not settings.mqtt.password_file.is_file():
-            raise ConfigError(f"mqtt.password_file: {settings.mqtt.password_file} is not a file")
         refuse_if_others_can(settings.mqtt.password_file, write=True, read=True,
                              what="mqtt.password_file")
     if settings.cards.manifest is not None:
+        require_readable_file(settings.cards.manifest, "cards.manifest")
+    if settings.cards.manifest is not None:
         load_manifest(settings.cards.manifest)
     return settings
+
+
+def require_readable_file(path: pathlib.Path, key: str) -> None:
+    """Refuse, naming the key and the file, a path that is not a file this process can read."""
+    if not path.exists():
+        raise ConfigError(f"{key}: {path} does not exist")
+    if not path.is_file():
+        raise ConfigError(f"{key}: {path} is not a file")
+    try:
+        with path.open("rb") as handle:
+            handle.read(1)
+    except OSError as error:
+        raise ConfigError(f"{key}: cannot read {path}: {error.strerror}") from error
 
 
 def dump_toml(sections: dict[str, dict[str, Any]]) -> str:

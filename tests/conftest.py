@@ -50,3 +50,19 @@ def ws_broker():
     instance.start()
     yield instance
     instance.stop()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `once` (a browser, PostgreSQL, other brokers: slow to start, the same on
+    every Python) run on one interpreter of `.ci/run`: it sets SHOED_TEST_ONCE=1 there and
+    SHOED_TEST_ONCE=0 on the others. Unset, they run (a developer's `scripts/test`)."""
+    import os
+
+    if os.environ.get("SHOED_TEST_ONCE", "") != "0":
+        return
+    skip = pytest.mark.skip(
+        reason="marked once: runs on one interpreter only (SHOED_TEST_ONCE=0 here)"
+    )
+    for item in items:
+        if "once" in item.keywords:
+            item.add_marker(skip)

@@ -169,3 +169,71 @@ def test_auth_refuses_unknown_roles_and_wildcard_users(tmp_path) -> None:
     wild = write_config(tmp_path / "w.toml", {"auth.roles": {"a+b": "auditor"}})
     with pytest.raises(ConfigError, match="a\\+b"):
         load_settings(wild)
+@pytest.mark.parametrize("prefix", ["a/#", "#", "casino/+/T1", "a//b", "/casino/T1",
+                                    "casino/T1/", "", "$SYS/T1", "a\x00b"])
+def test_unusable_topic_prefix_is_refused_naming_key_and_value(
+        tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], prefix: str) -> None:
+    shown = prefix.replace("\x00", "\\u0000")
+    path = write(tmp_path, f'[mqtt]\ntopic_prefix = "{shown}"\n')
+    with pytest.raises(ConfigError, match=r"mqtt\.topic_prefix") as caught:
+        load_settings(path)
+    assert repr(prefix) in str(caught.value)
+    # check-config and run refuse it alike, before connecting to anything.
+    assert main(["check-config", str(path)]) == 2
+    assert "mqtt.topic_prefix" in capsys.readouterr().err
+    assert main(["run", "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "mqtt.topic_prefix" in err and repr(prefix) in err
+
+
+@pytest.mark.parametrize("prefix", ["casino/floor1/T1", "T1", "a-b_c.d/e f"])
+def test_usable_topic_prefix_is_kept(tmp_path: pathlib.Path, prefix: str) -> None:
+    settings = load_settings(write(tmp_path, f'[mqtt]\ntopic_prefix = "{prefix}"\n'))
+    assert settings.topic_root == prefix
+
+
+def _unreadable(tmp_path: pathlib.Path) -> pathlib.Path:
+    """A regular file this process cannot read (root reads any mode: use /proc/self/mem)."""
+    if os.geteuid() == 0:
+        return pathlib.Path("/proc/self/mem")
+    path = tmp_path / "locked.pem"
+    path.write_text("x")
+    path.chmod(0)
+    return path
+
+
+@pytest.mark.parametrize("key", ["ca_file", "cert_file", "key_file", "password_file"])
+@pytest.mark.parametrize("problem", ["missing", "directory", "unreadable"])
+def test_mqtt_files_must_exist_and_be_readable(
+        tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], key: str,
+        problem: str) -> None:
+    target = {"missing": tmp_path / "nowhere.pem", "directory": tmp_path,
+              "unreadable": _unreadable(tmp_path)}[problem]
+    path = write(tmp_path, f'[mqtt]\nurl = "mqtts://127.0.0.1"\n{key} = "{target}"\n')
+    expected = {"missing": "does not exist", "directory": "is not a file",
+                "unreadable": "cannot read"}[problem]
+    assert main(["check-config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"mqtt.{key}: " in err and str(target) in err and expected in err
+
+
+def test_readable_tls_files_pass(tmp_path: pathlib.Path) -> None:
+    files = {}
+    for key in ("ca_file", "cert_file", "key_file"):
+        files[key] = tmp_path / f"{key}.pem"
+        files[key].write_text("-----BEGIN CERTIFICATE-----\n")
+        files[key].chmod(0o640)
+    body = "".join(f'{key} = "{file}"\n' for key, file in files.items())
+    settings = load_settings(write(tmp_path, f'[mqtt]\nurl = "mqtts://127.0.0.1"\n{body}'))
+    assert settings.mqtt.ca_file == files["ca_file"]
+
+
+@pytest.mark.parametrize("problem", ["missing", "directory", "unreadable"])
+def test_manifest_file_must_exist_and_be_readable(
+        tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], problem: str) -> None:
+    target = {"missing": tmp_path / "deck.csv", "directory": tmp_path,
+              "unreadable": _unreadable(tmp_path)}[problem]
+    path = write(tmp_path, f'[cards]\nmanifest = "{target}"\n')
+    assert main(["check-config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "cards.manifest: " in err and str(target) in err

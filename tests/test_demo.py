@@ -28,6 +28,7 @@ FAST = ["--pace", "0.03", "--betting-time", "0.2", "--supervisor-delay", "0.4",
         "--no-console"]
 
 
+
 class Demo:
     """`shoed demo ...` in its own session, as a terminal runs a job: its own process
     group, so that SIGINT to that group is what Ctrl-C at the terminal does."""

@@ -6,10 +6,12 @@ on a pseudo-terminal (:class:`PtyShoe`), a TCP port (:class:`TcpShoe`, for pyser
 ``socket://``) or a pyusb backend (:mod:`shoed.sim.usb`).
 
 The dealer deals seeded shuffled shoes and follows the procedure: commencement card and
-its burns, then a burn and the hand's cards, as the drawing rules ask (it mirrors the
-host's rules with its own engine). It waits while the exit gate is locked (betting open
-in ``commands`` mode, a hold). Scripted faults: multi-card pulls sent in sensor order
-(lowest first), unnecessary cards, unread cards, RFID codes, line noise, a reboot.
+its burns, then a burn and the hand's cards, as the drawing rules ask, until the cut card
+(:class:`DealerModel`: the dealer's own small model of dealing-rules.md, sharing no code
+with the host's engine, so that the simulated shoe is an independent check of it). It
+waits while the exit gate is locked (betting open in ``commands`` mode, a hold).
+Scripted faults: multi-card pulls sent in sensor order (lowest first), unnecessary cards,
+unread cards, RFID codes, line noise, a reboot.
 """
 
 from __future__ import annotations
@@ -40,18 +42,98 @@ from firmware_protocol import (
     ShoeLoaded,
     optical_code,
 )
-from firmware_protocol.messages import Capability
+from firmware_protocol.link import DEVICE_BUFFER
+from firmware_protocol.messages import Capability, FaultCode
 from shoed.aio import wait_event
 from shoed.core.cards import ALL_CARDS
-from shoed.core.config import EngineConfig
-from shoed.core.engine import Engine
-from shoed.core.errors import RulesError
-from shoed.core.game import PB_POSITIONS, next_needed
-from shoed.core.inputs import DeviceItem, DeviceShoeLoaded
 
 CUT = "CUT"
 ALL_CAPS = int(Capability.OPTICAL_READER | Capability.EXIT_GATE | Capability.INDICATOR_LIGHT
                | Capability.CUT_CARD_SENSOR)
+
+
+def points(card: str) -> int:
+    """Baccarat value of a card: A = 1, 2..9 as marked, 10 and faces 0."""
+    rank = card[0]
+    return 1 if rank == "A" else int(rank) if rank.isdigit() else 0
+
+
+# The banker's third-card table (dealing-rules.md section 1) once the player has drawn:
+# banker's two-card total -> values of the player's third card on which the banker draws.
+BANKER_DRAWS = {0: set(range(10)), 1: set(range(10)), 2: set(range(10)),
+                3: set(range(10)) - {8}, 4: set(range(2, 8)), 5: set(range(4, 8)),
+                6: {6, 7}, 7: set()}
+
+
+def hand_complete(hand: list[str]) -> bool:
+    """Whether a hand's cards in draw order (P1 B1 P2 B2 [P3] [B3]) need no more."""
+    if len(hand) < 4:
+        return False
+    player = (points(hand[0]) + points(hand[2])) % 10
+    banker = (points(hand[1]) + points(hand[3])) % 10
+    if player >= 8 or banker >= 8:  # a natural: nobody draws
+        return True
+    if player >= 6:  # the player stands; the banker draws on 0..5
+        return banker >= 6 or len(hand) >= 5
+    if len(hand) < 5:
+        return False  # the player draws
+    banker_draws = banker <= 7 and points(hand[4]) in BANKER_DRAWS[banker]
+    return len(hand) >= (6 if banker_draws else 5)
+
+
+@dataclass
+class DealerModel:
+    """What the dealer at a stand-alone table knows of the procedure (dealing-rules.md
+    section 3): the commencement card and as many burns as its value (tens and faces 10),
+    a burn before every hand, the hand's cards as the drawing rules ask, and the cut card:
+    between hands it ends the shoe at once, during a hand that hand is the last, during
+    commencement it is ignored. Surplus cards of a pull become the next hand's burn (then
+    its P1), as the host's default profile takes them. Cards in draw order, `CUT` for
+    the cut card.
+    """
+
+    phase: str = "commencement"  # commencement, between_hands, dealing, ended
+    hands_done: int = 0
+    burns_left: int | None = None
+    hand: list[str] = field(default_factory=list)
+    last_hand: bool = False
+    cut_seen: bool = False
+
+    def take(self, card: str) -> None:
+        if self.phase == "ended":
+            return  # a card after the shoe's end makes no hand
+        if card == CUT:
+            if self.phase != "commencement" and not self.cut_seen:
+                self.cut_seen = True
+                if self.phase == "between_hands":
+                    self.phase = "ended"
+                else:
+                    self.last_hand = True
+            return
+        if self.phase == "commencement":
+            if self.burns_left is None:
+                self.burns_left = points(card) or 10
+            else:
+                self.burns_left -= 1
+            if self.burns_left == 0:
+                self.phase = "between_hands"
+        elif self.phase == "between_hands":
+            self.hand = []  # this card is the hand's burn
+            self.phase = "dealing"
+        else:
+            self.hand.append(card)
+            if hand_complete(self.hand):
+                self.hands_done += 1
+                self.hand = []
+                self.phase = "ended" if self.last_hand else "between_hands"
+
+    def completes_hand(self, cards: list[str]) -> bool:
+        """Whether these cards, drawn next, complete the hand in progress."""
+        trial = DealerModel(self.phase, self.hands_done, self.burns_left, list(self.hand),
+                            self.last_hand, self.cut_seen)
+        for card in cards:
+            trial.take(card)
+        return trial.hands_done > self.hands_done
 
 
 @dataclass
@@ -105,8 +187,7 @@ class SimulatedShoe:
         self._shoe: list[str] = []
         self._next_pull_at = self.now + 0.2
         self._pull_id = 0
-        self._mirror: Engine | None = None
-        self._mirror_pull_id = 0
+        self._dealer: DealerModel | None = None  # the shoe being dealt, as the dealer sees it
 
     # -- boot and the link ----------------------------------------------------------------
 
@@ -116,6 +197,7 @@ class SimulatedShoe:
         self.uptime0 = now
         self.card_index = 0
         self.gate_locked = False
+        self.buffer_full = False  # the gate locked by the device itself (FAULT 6)
         self._last_heartbeat = now
         self._send(Hello(1, self.boot_id, self.capabilities, self.fw_version, self.serial_no),
                    now)
@@ -174,7 +256,8 @@ class SimulatedShoe:
         # A heartbeat goes only on an idle link; while busy, the link's timer wakes us.
         candidates = [self._last_heartbeat + 1.0] if self.link.idle else []
         can_deal = not self.finished and (not self.gate_locked or self._between_shoes()) and (
-            self.script.pace_s > 0 or self.link.pending_count < 2)
+            self.script.pace_s > 0 or self.link.pending_count < 2) and not self._buffer_full(
+            self.now)
         if can_deal:
             candidates.append(self._next_pull_at)
         if (t := self.link.get_timer()) is not None:
@@ -189,9 +272,7 @@ class SimulatedShoe:
         shoe.insert(max(1, len(shoe) - self.script.cut_card_from_end), CUT)
         self._shoe = shoe
         self.card_index = 0
-        self._mirror = Engine(EngineConfig(table_id="sim", decks=self.decks,
-                                           betting_control="none"))
-        self._mirror.handle(DeviceShoeLoaded(at=now))
+        self._dealer = DealerModel()
         self._send(ShoeLoaded(self._uptime(now)), now)
 
     def poll(self, now: float) -> None:
@@ -202,7 +283,9 @@ class SimulatedShoe:
         if self.finished:
             self._heartbeat(now)
             return
-        if now >= self._next_pull_at and (not self.gate_locked or self._between_shoes()):
+        self.now = now
+        if now >= self._next_pull_at and (not self.gate_locked or self._between_shoes()) \
+                and not self._buffer_full(now):
             full_speed = self.script.pace_s <= 0
             if not full_speed or self.link.pending_count < 2:
                 self._deal(now)
@@ -210,14 +293,28 @@ class SimulatedShoe:
                 self._next_pull_at = now + (pace * self.rng.uniform(0.7, 1.3) if pace else 0.0)
         self._heartbeat(now)
 
+    def _buffer_full(self, now: float) -> bool:
+        """A shoe with an exit gate locks it when its frame buffer is nearly full (room is
+        kept for a whole pull and for FAULT 6, firmware-protocol.md section 3): the dealer
+        cannot draw until the host has taken frames again. Without a gate it deals on and
+        drops what does not fit (a gap the host sees)."""
+        free = self.link.free_slots
+        if not self.capabilities & Capability.EXIT_GATE or free is None:
+            return False
+        if not self.buffer_full and free < 4:
+            self.buffer_full = True
+            self._send(Fault(self._uptime(now), FaultCode.BUFFER_FULL, 1), now)
+        elif self.buffer_full and free >= DEVICE_BUFFER // 2:
+            self.buffer_full = False
+            self._send(Fault(self._uptime(now), FaultCode.BUFFER_FULL, 0), now)
+        return self.buffer_full
+
     def _between_shoes(self) -> bool:
         """No shoe in the device, or the last one ended: loading a shoe is not a draw,
         so the exit gate (locked after the last hand) does not stop it."""
         if self.hold_pending:
             return False  # the host holds an unread card: the dealer waits for the supervisor
-        mirror = self._mirror
-        return mirror is None or mirror.public_state()["shoe_state"] in ("shoe_ended",
-                                                                          "shoe_voided")
+        return self._dealer is None or self._dealer.phase == "ended"
 
     def release(self) -> None:
         """The host's hold was resolved (the demo sees it on MQTT)."""
@@ -230,56 +327,32 @@ class SimulatedShoe:
             self._last_heartbeat = now
 
     def _deal(self, now: float) -> None:
-        if self._mirror is None or not self._shoe:
+        dealer = self._dealer
+        if dealer is None or not self._shoe:
             if self.script.shoes and self.shoes_dealt >= self.script.shoes:
                 self.finished = True
                 return
             self._new_shoe(now)
             return
-        mirror = self._mirror
-        state = mirror.public_state()
-        if state["shoe_state"] in ("shoe_ended", "shoe_voided"):
+        if dealer.phase == "ended":
             self.shoes_dealt += 1
             self._shoe = []
-            self._mirror = None
+            self._dealer = None
             self._next_pull_at = now + max(self.script.pace_s * 3, 0.0)
             return
         count = 1
-        if state["shoe_state"] == "dealing" and self.rng.random() < self.script.multi_pull_rate:
+        if dealer.phase == "dealing" and self.rng.random() < self.script.multi_pull_rate:
             count = 2
         cards = self._shoe[:count]
         del self._shoe[:count]
-        if (state["shoe_state"] == "dealing" and CUT not in cards and self._shoe
+        if (dealer.phase == "dealing" and CUT not in cards and self._shoe
                 and self._shoe[0] != CUT and self.rng.random() < self.script.unnecessary_rate
-                and self._completes_hand(state, cards)):
+                and dealer.completes_hand(cards)):
             # The dealer pulls one card too many with the hand's last card: unnecessary.
             cards.append(self._shoe.pop(0))
         self._pull(cards, now)
-        self._mirror_feed(cards, now)
-
-    @staticmethod
-    def _completes_hand(state: dict[str, Any], cards: list[str]) -> bool:
-        dealt = [c["card"] for c in state["cards"] if c["position"] in PB_POSITIONS]
-        if None in dealt:
-            return False
-        try:
-            return next_needed(dealt + cards) is None
-        except RulesError:
-            return True
-
-    def _mirror_feed(self, cards: list[str], now: float) -> list[Any]:
-        assert self._mirror is not None
-        events = []
-        size = len(cards)
-        self._mirror_pull_id += 1
-        pull_id = self._mirror_pull_id
-        for pos, card in enumerate(cards, start=1):
-            item = (DeviceItem(at=now, item="cut", pull_id=pull_id, pull_pos=pos,
-                               pull_size=size) if card == CUT else
-                    DeviceItem(at=now, item="card", card=card, pull_id=pull_id,
-                               pull_pos=pos, pull_size=size))
-            events += self._mirror.handle(item).events
-        return events
+        for card in cards:
+            dealer.take(card)
 
     def _pull(self, cards: list[str], now: float) -> None:
         """One physical draw: items numbered upper first, sent lowest first (sensor order)."""
@@ -365,8 +438,14 @@ class PtyShoe:
         return self.path
 
     def unplug(self) -> None:
+        """Pull the adapter: the pty goes, and so does the symlink, as udev removes
+        `/dev/shoe` (a dangling one would point at a pty number the next process to open a
+        pty is given: the daemon would open another program's line)."""
         if self.master is None:
             return
+        if self.link_path is not None:
+            with contextlib.suppress(FileNotFoundError):
+                self.link_path.unlink()
         asyncio.get_running_loop().remove_reader(self.master)
         for fd in (self.master, self.slave):
             with contextlib.suppress(OSError):

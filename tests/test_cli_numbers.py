@@ -1,0 +1,63 @@
+"""Every number on the command line is range-checked: a clear message and exit 2."""
+
+from __future__ import annotations
+
+import pytest
+
+from shoed.cli import build_parser, main
+
+SIMULATION = [
+    ("--decks", ["0", "13", "-1", "x", "2.5"], ["1", "12"]),
+    ("--seed", ["-1", "x", str(2**64)], ["0", "123"]),
+    ("--pace", ["-0.1", "nan", "inf", "x", "3601"], ["0", "0.2"]),
+    ("--shoes", ["-1", "x", "1.5"], ["0", "3"]),
+    ("--multi-pull-rate", ["-0.1", "1.1", "nan"], ["0", "1", "0.2"]),
+    ("--unnecessary-rate", ["-0.1", "1.5"], ["0.5"]),
+    ("--unread-rate", ["-1", "2"], ["0.1"]),
+    ("--noise-rate", ["-0.01", "1.01", "inf"], ["0.05"]),
+    ("--duplicate-rate", ["-1", "1.5"], ["0.5"]),
+    ("--truncate-rate", ["-1", "1.5"], ["0.5"]),
+    ("--reboot-after", ["0", "-3", "x"], ["1", "80"]),
+]
+CASES = (
+    [("analyze", "--decks", bad, good) for bad, good in [(["0", "13", "-2", "eight"],
+                                                          ["1", "8"])]]
+    + [(cmd, option, bad, good) for cmd in ("simulate", "demo")
+       for option, bad, good in SIMULATION]
+    + [("demo", "--duration", ["-1", "nan", "x"], ["0", "30"]),
+       ("simulate", "--listen", [":0", ":65536", "127.0.0.1:x", "nocolon"],
+        [":7000", "127.0.0.1:65535"])]
+)
+
+
+@pytest.mark.parametrize(("command", "option", "bad", "good"), CASES,
+                         ids=[f"{c[0]}{c[1]}" for c in CASES])
+def test_every_number_is_range_checked(capsys: pytest.CaptureFixture[str], command: str,
+                                       option: str, bad: list[str], good: list[str]) -> None:
+    parser = build_parser()
+    for value in bad:
+        with pytest.raises(SystemExit) as leaving:
+            parser.parse_args([command, f"{option}={value}"])
+        assert leaving.value.code == 2
+        err = capsys.readouterr().err
+        assert f"argument {option}" in err, err
+        assert value in err or repr(value) in err, err
+        assert "Traceback" not in err
+    for value in good:
+        args = parser.parse_args([command, f"{option}={value}"])
+        assert getattr(args, option.lstrip("-").replace("-", "_")) is not None
+
+
+def test_analyze_decks_zero_says_so_without_a_traceback(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as leaving:
+        main(["analyze", "--decks", "0"])
+    assert leaving.value.code == 2
+    assert "argument --decks: must be from 1 to 12, got 0" in capsys.readouterr().err
+
+
+def test_ranges_are_inclusive_and_typed() -> None:
+    args = build_parser().parse_args(["simulate", "--decks", "12", "--seed", "0",
+                                      "--pace", "0", "--noise-rate", "1"])
+    assert (args.decks, args.seed, args.pace, args.noise_rate) == (12, 0, 0.0, 1.0)
+    assert isinstance(args.decks, int) and isinstance(args.pace, float)

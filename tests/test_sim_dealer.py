@@ -1,0 +1,147 @@
+"""The simulated shoe's dealer deals from its own model of the procedure, not the host's
+engine: here the two independent readings of dealing-rules.md are compared on random
+shoes (multi-card pulls, unnecessary cards, the cut card anywhere), and the dealer's own
+drawing table is checked against the rules' worked cases."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shoed.core.cards import ALL_CARDS
+from shoed.core.engine import Engine, EngineConfig
+from shoed.core.errors import RulesError
+from shoed.core.game import next_needed
+from shoed.core.inputs import DeviceItem, DeviceShoeLoaded
+from shoed.sim.shoe import CUT, DealerModel, hand_complete, points
+
+SIMULATOR = pathlib.Path(__file__).resolve().parent.parent / "shoed" / "sim" / "shoe.py"
+
+
+def test_the_simulator_does_not_import_the_engine() -> None:
+    tree = ast.parse(SIMULATOR.read_text())
+    imported = {node.module for node in ast.walk(tree)
+                if isinstance(node, ast.ImportFrom) and node.module}
+    assert not [m for m in imported if m.startswith("core.") and m != "core.cards"], imported
+
+
+def engine_phase(engine: Engine) -> str:
+    state = engine.public_state()["shoe_state"]
+    return "ended" if state in ("shoe_ended", "shoe_voided") else state
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.randoms(use_true_random=False), st.integers(1, 2), st.integers(0, 90))
+def test_dealer_model_agrees_with_the_engine(rng, decks: int, cut_from_end: int) -> None:
+    shoe = list(ALL_CARDS) * decks
+    rng.shuffle(shoe)
+    shoe.insert(max(1, len(shoe) - cut_from_end), CUT)
+    engine = Engine(EngineConfig(table_id="x", decks=decks, betting_control="none"))
+    engine.handle(DeviceShoeLoaded(at=0.0))
+    dealer = DealerModel()
+    pull_id = 0
+    while shoe and dealer.phase != "ended":
+        count = rng.choice([1, 1, 1, 2, 3])
+        cards, shoe[:count] = shoe[:count], []
+        pull_id += 1
+        for pos, card in enumerate(cards, start=1):
+            item = (DeviceItem(at=0.0, item="cut", pull_id=pull_id, pull_pos=pos,
+                               pull_size=len(cards)) if card == CUT else
+                    DeviceItem(at=0.0, item="card", card=card, pull_id=pull_id, pull_pos=pos,
+                               pull_size=len(cards)))
+            engine.handle(item)
+        was_dealing = dealer.phase == "dealing"
+        completes = dealer.completes_hand(cards)
+        done_before = dealer.hands_done
+        for card in cards:
+            dealer.take(card)
+        assert dealer.phase == engine_phase(engine), (cards, dealer)
+        if was_dealing:
+            assert completes == (dealer.hands_done > done_before)
+
+
+@given(st.lists(st.sampled_from(ALL_CARDS), min_size=4, max_size=6))
+def test_own_drawing_table_agrees_with_the_rules(hand: list[str]) -> None:
+    """`hand_complete` (the dealer's table) against the host's `next_needed` on every
+    prefix of a hand, where the host's rules say the prefix is a legal hand so far."""
+    for size in range(4, len(hand) + 1):
+        try:
+            needed = next_needed(hand[:size])
+        except RulesError:
+            return  # more cards than a hand takes
+        assert hand_complete(hand[:size]) == (needed is None), hand[:size]
+
+
+def test_worked_cases() -> None:
+    assert [points(c) for c in ("AS", "9H", "TD", "KC")] == [1, 9, 0, 0]
+    assert hand_complete(["9S", "2H", "TD", "3C"])  # player natural 9
+    assert not hand_complete(["2S", "2H", "3D", "3C"])  # player 5 draws
+    assert hand_complete(["2S", "2H", "3D", "3C", "8D"])  # banker 5 stands on P3 8
+    assert not hand_complete(["2S", "2H", "3D", "3C", "5D"])  # banker 5 draws on P3 5
+    assert hand_complete(["3S", "6H", "4D", "TC"])  # player 7, banker 6: both stand
+    assert not hand_complete(["3S", "2H", "4D", "TC"])  # player 7 stands, banker 2 draws
+    model = DealerModel()
+    for card in ["KS"] + ["2C"] * 10:  # commencement: a king burns ten more
+        assert model.phase == "commencement"
+        model.take(card)
+    assert model.phase == "between_hands"
+    model.take(CUT)
+    assert model.phase == "ended"
+
+
+def _run(shoe, host, until: float, step: float = 0.01, ack: bool = True) -> list:
+    from firmware_protocol import MessageReceived
+
+    got = []
+    t = shoe.now
+    while t < until:
+        t += step
+        shoe.poll(t)
+        data = shoe.data_to_send()
+        if ack:
+            host.receive_data(data, t)
+            while (event := host.next_event()) is not None:
+                if isinstance(event, MessageReceived):
+                    got.append(event)
+                    host.ack(event.seq)
+            shoe.receive_data(host.data_to_send(), t)
+    return got
+
+
+def test_a_gated_shoe_stops_the_dealer_when_its_buffer_fills() -> None:
+    """Nothing ACKed for 3 s at 50 pulls a second: the shoe locks its own gate with room
+    for FAULT 6 (no seq spent on a dropped card); once the host takes frames the fault
+    clears and dealing goes on, with no gap."""
+    from firmware_protocol import Fault, Link, Role
+    from firmware_protocol.link import DEVICE_BUFFER
+    from shoed.sim.shoe import Script, SimulatedShoe
+
+    shoe = SimulatedShoe(decks=8, seed=3, script=Script(pace_s=0.02), now=0.0)
+    host = Link(Role.HOST, 0.0)
+    _run(shoe, host, 3.0, ack=False)
+    assert shoe.buffer_full
+    assert shoe.link.pending_count <= DEVICE_BUFFER
+    stopped_at = shoe.cards_dealt
+    _run(shoe, host, 3.5, ack=False)
+    assert shoe.cards_dealt == stopped_at  # the dealer waits at the locked gate
+    host = Link(Role.HOST, 3.5)
+    got = _run(shoe, host, 12.0)
+    assert not shoe.buffer_full and shoe.cards_dealt > stopped_at
+    assert all(e.gap == 0 for e in got)
+    faults = [(e.message.code, e.message.active) for e in got if isinstance(e.message, Fault)]
+    assert faults[:2] == [(6, 1), (6, 0)]
+
+
+def test_a_shoe_without_a_gate_drops_what_does_not_fit() -> None:
+    from firmware_protocol import Link, Role
+    from firmware_protocol.messages import Capability
+    from shoed.sim.shoe import ALL_CAPS, Script, SimulatedShoe
+
+    shoe = SimulatedShoe(decks=8, seed=3, script=Script(pace_s=0.02), now=0.0,
+                         capabilities=ALL_CAPS & ~Capability.EXIT_GATE)
+    _run(shoe, Link(Role.HOST, 0.0), 3.0, ack=False)
+    assert not shoe.buffer_full
+    assert shoe.link.next_seq > shoe.link.pending_count  # seqs spent on dropped items
