@@ -71,7 +71,7 @@ def test_a_foreign_pty_on_the_freed_number_is_never_opened(
                     os.write(master, build_frame(type_code_of(card), 300 + i,
                                                  encode_payload(card)))
                     await asyncio.sleep(0.02)
-                    opened = opened or r.daemon.device_connected
+                    opened = opened or r.daemon.status.device_open
                     if i >= 50 and opened:
                         break
             finally:

@@ -167,7 +167,7 @@ async def table(tmp_path: pathlib.Path, broker: PrivateMosquitto) -> AsyncIterat
     daemon = Daemon(settings)
     running = asyncio.create_task(daemon.run())
     tasks.append(running)
-    await wait_for(lambda: daemon.device_connected, 10, "the daemon to open the pty")
+    await wait_for(lambda: daemon.status.device_open, 10, "the daemon to open the pty")
     try:
         yield Table(daemon, shoe, collector)
     finally:
@@ -183,14 +183,14 @@ async def restart(t: Table, tmp_path: pathlib.Path, broker: PrivateMosquitto) ->
     """Stop the daemon and start a new one on the same journal and pty."""
     t.daemon.request_stop()
     for _ in range(200):
-        if not t.daemon.device_connected:
+        if not t.daemon.status.device_open:
             break
         await asyncio.sleep(0.05)
     await asyncio.sleep(0.3)  # its run() returns; the pty lock is released
     settings = make_settings(tmp_path / "state", broker.url, str(tmp_path / "shoe"))
     t.daemon = Daemon(settings)
     task = asyncio.create_task(t.daemon.run())
-    await wait_for(lambda: t.daemon.device_connected, 10, "the new daemon to open the pty")
+    await wait_for(lambda: t.daemon.status.device_open, 10, "the new daemon to open the pty")
     return task
 
 
@@ -237,7 +237,8 @@ def test_bursts_of_retransmissions(tmp_path: pathlib.Path, broker: PrivateMosqui
             await t.wait_cards(len(dealt))
             await asyncio.sleep(0.3)  # a late second delivery would show now
             t.check(dealt)
-            assert t.daemon.link is not None and t.daemon.link.stats["duplicates"] > 0
+            link = t.daemon.session.link
+            assert link is not None and link.stats["duplicates"] > 0
     asyncio.run(main())
 
 
@@ -264,7 +265,8 @@ def test_boot_id_changing_every_frame(tmp_path: pathlib.Path,
                 await t.shoe.acked(seq)
             await t.wait_cards(len(dealt))
             t.check(dealt)
-            assert t.daemon.link is not None and t.daemon.link.stats["duplicates"] == 0
+            link = t.daemon.session.link
+            assert link is not None and link.stats["duplicates"] == 0
     asyncio.run(main())
 
 
@@ -281,8 +283,8 @@ def test_seq_wrap_across_a_restart(tmp_path: pathlib.Path, broker: PrivateMosqui
             for seq, data in zip(seqs[:cut], frames[:cut], strict=True):
                 await t.shoe.write(data)
                 await t.shoe.acked(seq)
-            before = len(t.published_cards())
-            assert before == cut - 2
+            await wait_for(lambda: len(t.published_cards()) == cut - 2, 10,
+                           "the cards before the restart on the broker")
             new_run = await restart(t, tmp_path, broker)
             try:
                 await t.shoe.write(frames[cut - 1])  # 65535 again: ACKed, not delivered
@@ -337,5 +339,5 @@ def test_frames_split_across_reads_at_every_offset(tmp_path: pathlib.Path,
                 await t.shoe.acked(seq)
             await t.wait_cards(len(dealt))
             t.check(dealt)
-            assert t.daemon.link is not None and not t.daemon.link.discards
+            assert t.daemon.session.link is not None and not t.daemon.session.link.discards
     asyncio.run(main())
