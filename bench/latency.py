@@ -4,6 +4,8 @@
     .venv/bin/python bench/latency.py --cards 3000 --rounds 5 --pin  # host on its own core
     .venv/bin/python bench/latency.py --throughput 600         # full-speed stop-and-wait
     .venv/bin/python bench/latency.py --footprint              # RSS, idle CPU, start->READY
+    .venv/bin/python bench/latency.py --cards 5000 --rounds 5 --targets shoed,baseline \
+        --baseline ../old-checkout                             # this tree against another
 
 Card-to-ACK: a CARD frame written to the pty -> its ACK read back. Card-to-event: the
 same frame -> the `card` event received by a subscriber on a local Mosquitto. Durability
@@ -71,6 +73,16 @@ class TimedShoe(SimulatedShoe):
 # CPU 1, as on a table where the shoe is its own hardware and the host's work after an
 # ACK cannot delay the shoe's reading of it. Both targets are pinned alike.
 HOST_CPUS: set[int] | None = None
+# --baseline: another checkout of shoed (with its own .venv), run as target "baseline".
+BASELINE: pathlib.Path | None = None
+
+
+def shoed_command(target: str) -> tuple[list[str], pathlib.Path | None]:
+    """How to start the host under test: this tree's shoed, or the baseline checkout's."""
+    if target == "baseline":
+        assert BASELINE is not None, "--baseline PATH is needed for the baseline target"
+        return [str(BASELINE / ".venv" / "bin" / "python"), "-m", "shoed.cli"], BASELINE
+    return [sys.executable, "-m", "shoed.cli"], None
 
 
 def pin_host() -> None:
@@ -110,7 +122,8 @@ async def run_target(target: str, cards: int, pace: float, broker: PrivateMosqui
     pty = PtyShoe(shoe, link_path=tmp / "shoe")
     pty.plug()
     received: dict[int, float] = {}
-    topic = "shoed/B1/events" if target == "shoed" else "floor/events"
+    is_shoed = target in ("shoed", "baseline")
+    topic = "shoed/B1/events" if is_shoed else "floor/events"
     count = 0
 
     async def subscribe(ready: asyncio.Event) -> None:
@@ -122,7 +135,7 @@ async def run_target(target: str, cards: int, pace: float, broker: PrivateMosqui
             async for message in client.messages:
                 now = time.perf_counter()
                 event = json.loads(message.payload)  # type: ignore[arg-type]
-                if target == "shoed":
+                if is_shoed:
                     if event["type"] != "card" or event["card_index"] is None:
                         continue
                     key = (event["shoe_id"], event["card_index"])
@@ -136,15 +149,16 @@ async def run_target(target: str, cards: int, pace: float, broker: PrivateMosqui
     sub = asyncio.create_task(subscribe(ready))
     await ready.wait()
     runner = asyncio.create_task(pty.run())
-    if target == "shoed":
+    if is_shoed:
         notify = tmp / "notify.sock"
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         sock.bind(str(notify))
         sock.setblocking(False)
         config = shoed_config(tmp, str(tmp / "shoe"), broker.port, decks)
         start = time.perf_counter()
-        proc = subprocess.Popen([sys.executable, "-m", "shoed.cli", "run", "--config",
-                                 str(config)], env=dict(os.environ, NOTIFY_SOCKET=str(notify)),
+        command, cwd = shoed_command(target)
+        proc = subprocess.Popen([*command, "run", "--config", str(config)], cwd=cwd,
+                                env=dict(os.environ, NOTIFY_SOCKET=str(notify)),
                                 preexec_fn=pin_host,
                                 stdout=open(tmp / "shoed.log", "wb"),  # noqa: SIM115
                                 stderr=subprocess.STDOUT)
@@ -204,12 +218,12 @@ def pooled(runs: list[dict[str, Any]]) -> dict[str, Any]:
             "ready_s": [r["ready_s"] for r in runs if r["ready_s"]]}
 
 
-def ratios(results: list[dict[str, Any]]) -> dict[str, float]:
-    """shoed over the floor, per figure (the issue's target: at most 1.5)."""
+def ratios(results: list[dict[str, Any]], over: str = "floor") -> dict[str, float]:
+    """shoed over the floor (or over the baseline checkout), per figure."""
     by = {r["target"]: r for r in results}
-    if not {"shoed", "floor"} <= by.keys():
+    if not {"shoed", over} <= by.keys():
         return {}
-    return {f"{figure}_{q}": round(by["shoed"][figure][q] / by["floor"][figure][q], 2)
+    return {f"{figure}_{q}": round(by["shoed"][figure][q] / by[over][figure][q], 2)
             for figure in ("card_to_ack_ms", "card_to_event_ms") for q in ("p50", "p99")}
 
 
@@ -252,7 +266,12 @@ async def main() -> None:
                         help="alternate the targets this many times, cards split evenly")
     parser.add_argument("--pin", action="store_true",
                         help="bench and broker on CPU 0, the host under test on CPU 1")
+    parser.add_argument("--baseline", type=pathlib.Path, default=None,
+                        help="another checkout (with .venv) for the target 'baseline'")
     args = parser.parse_args()
+    if args.baseline is not None:
+        global BASELINE
+        BASELINE = args.baseline.resolve()
     if args.pin:
         global HOST_CPUS
         HOST_CPUS = {1}
@@ -274,6 +293,8 @@ async def main() -> None:
             results += pooled_runs
             if run == "latency" and (shoed_over_floor := ratios(pooled_runs)):
                 results.append({"run": "latency", "shoed_over_floor": shoed_over_floor})
+            if run == "latency" and (over_baseline := ratios(pooled_runs, "baseline")):
+                results.append({"run": "latency", "shoed_over_baseline": over_baseline})
         if args.footprint:
             results.append({"run": "footprint", **await footprint(broker, args.idle)})
     finally:
