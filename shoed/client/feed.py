@@ -389,8 +389,8 @@ class TableFeed(TableConnection):
             except CommandTimeout as error:
                 log.warning("client_replay_unanswered", table=self.table, error=str(error))
                 continue
-            if instance != self.instance:
-                continue
+            if instance is not None and instance != self.instance:
+                continue  # a new journal meanwhile: its own gaps are computed afresh
             if not answer.get("ok"):
                 code = (answer.get("error") or {}).get("code")
                 if code != "out_of_range":
