@@ -181,9 +181,11 @@ async def test_many_tables_two_workers_one_database(tmp_path: pathlib.Path, brok
     workers = [start_sink(tmp_path, pg, broker.url, "--group", "sinks", name=f"sink{i}")
                for i in range(2)]
     try:
-        for t in tables:
+        await wait_for(lambda: count(pg, "SELECT count(DISTINCT table_id) FROM events") == 3,
+                       60, "rows of every table")
+        kill(workers[0])  # mid-shoe: its tables' locks go with its session, and the
+        for t in tables:  # other worker takes them over from the stored cursors
             await _until_ended(pg, t.table)
-        kill(workers[0])  # its tables' locks go with its session
         await asyncio.sleep(1.0)
         journals = {t.table: await journal_events(broker.port, t.root) for t in tables}
         total = sum(len(j) for j in journals.values())
