@@ -142,11 +142,9 @@ def _project(message: Any, schema: dict[str, Any], root: dict[str, Any]) -> Any:
             target = root["$defs"][branch["$ref"].rsplit("/", 1)[-1]]
             if target["properties"].get("type", {}).get("const") == message.get("type"):
                 return _project(message, target, root)
-    for key in ("anyOf",):
-        for branch in schema.get(key, []):
-            if branch.get("type") == "object" or "$ref" in branch:
-                if isinstance(message, dict):
-                    return _project(message, branch, root)
+    for branch in schema.get("anyOf", []):
+        if isinstance(message, dict) and (branch.get("type") == "object" or "$ref" in branch):
+            return _project(message, branch, root)
     if isinstance(message, dict) and "properties" in schema:
         return {k: _project(v, schema["properties"][k], root) for k, v in message.items()
                 if k in schema["properties"]}
