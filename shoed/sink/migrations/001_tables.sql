@@ -19,7 +19,7 @@ CREATE TABLE events (
     shoe_id   text,
     hand_no   integer,
     body      jsonb NOT NULL,
-    stored_at timestamptz NOT NULL DEFAULT now(),
+    stored_at timestamptz NOT NULL DEFAULT clock_timestamp(),
     UNIQUE (table_id, instance, seq)
 );
 
