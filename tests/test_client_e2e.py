@@ -229,3 +229,27 @@ async def test_commands_answers_typed_errors_and_retries(tmp_path: pathlib.Path,
         assert len(applied) == 1
     finally:
         table.stop()
+
+
+@asynctest
+async def test_tail_prints_one_readable_line_per_event(tmp_path: pathlib.Path,
+                                                       broker: Any) -> None:
+    table = TableProcess(tmp_path, broker.url).start()
+    out_path = tmp_path / "tail.txt"
+    with open(out_path, "wb") as out:
+        tail = subprocess.Popen([sys.executable, "-m", "shoed.cli", "tail", "--url",
+                                 broker.url, "--table", "T9", "--from-seq", "1",
+                                 "--grace", "0.5"], stdout=out, stderr=subprocess.STDOUT)
+    try:
+        await wait_for(lambda: "shoe ended" in out_path.read_text(), 60, "the shoe's end")
+        journal = await journal_events(broker.port, table.root)
+        await asyncio.sleep(0.5)
+        lines = out_path.read_text().splitlines()
+        assert len(lines) == len(journal)
+        results = [line for line in lines if " RESULT " in line]
+        assert len(results) == sum(e["type"] == "hand_result" for e in journal)
+        assert lines[0].startswith("T9 ") and "shoe started" in lines[0]
+    finally:
+        tail.send_signal(signal.SIGTERM)
+        tail.wait(timeout=10)
+        table.stop()
