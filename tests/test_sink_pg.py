@@ -20,6 +20,7 @@ from kit import TableProcess, asynctest, journal_events
 from pg import PrivatePostgres, database, server
 from rig import wait_for
 
+from shoed.client import TableConnection
 from shoed.sink.db import migrations
 
 pytestmark = [pytest.mark.broker, pytest.mark.once, pytest.mark.timeout(240)]
@@ -85,6 +86,14 @@ def assert_database_matches(pg: str, journals: dict[str, list[dict[str, Any]]]) 
         assert count(pg, "SELECT count(*) FROM cards WHERE table_id = %s", table) == cards
         shoes = {e["shoe_id"] for e in journal if e["type"] == "shoe_started"}
         assert count(pg, "SELECT count(*) FROM shoes WHERE table_id = %s", table) == len(shoes)
+        alarms = {e["alarm_id"] for e in journal if e["type"] == "alarm"}
+        assert count(pg, "SELECT count(*) FROM alarms WHERE table_id = %s", table) == len(alarms)
+        actions = sum(e["type"] == "supervisor_action" for e in journal)
+        assert count(pg, "SELECT count(*) FROM supervisor_actions WHERE table_id = %s",
+                     table) == actions
+        reports = {e["shoe_id"] for e in journal if e["type"] == "shoe_report"}
+        assert count(pg, "SELECT count(*) FROM shoe_reports WHERE table_id = %s",
+                     table) == len(reports)
         last = journal[-1]
         assert query(pg, "SELECT seq FROM sink_cursor WHERE table_id = %s", table) == [
             (last["seq"],)]
@@ -166,6 +175,14 @@ async def test_every_hand_exactly_once_across(fault: str, tmp_path: pathlib.Path
         everything = [e for j in journals for e in j]
         await wait_for(lambda: count(pg, events) >= len(everything), 20, "the last rows")
         assert_database_matches(pg, {"T9": everything})
+        async with TableConnection(broker.url, "T9") as conn:
+            recalled = (await conn.command("recall", hands=100))["hands"]
+        assert recalled, "recall names the shoe's hands"
+        stored = {(r[0], r[1]): r[2] for r in query(pg, "SELECT shoe_id, hand_no, winner "
+                                                        "FROM hands")}
+        for hand in recalled:
+            winner = (hand.get("result") or {}).get("winner")
+            assert stored[(hand["shoe_id"], hand["hand_no"])] == winner, hand
         instances = {r[0] for r in query(pg, "SELECT DISTINCT instance FROM events")}
         assert len(instances) == len(journals)
     finally:
