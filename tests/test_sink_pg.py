@@ -215,3 +215,28 @@ async def test_many_tables_two_workers_one_database(tmp_path: pathlib.Path, brok
             kill(w)
         for t in tables:
             t.stop()
+
+
+@asynctest
+async def test_database_connection_lost_the_sink_stops_and_a_restart_resumes(
+        tmp_path: pathlib.Path, broker: Any, pg: str) -> None:
+    table = TableProcess(tmp_path, broker.url, pace=0.04).start()
+    sink = start_sink(tmp_path, pg, broker.url, "--tables", "T9")
+    try:
+        await wait_for(lambda: count(pg, "SELECT count(*) FROM events") > 10, 60, "rows")
+        name = pg.rsplit("/", 1)[1]
+        with psycopg.connect(pg, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
+                          "datname = %s AND pid <> pg_backend_pid()", (name,))
+        await wait_for(lambda: sink.poll() is not None, 30, "the sink to stop")
+        assert sink.returncode == 1
+        assert "sink_stopped" in (tmp_path / "sink.log").read_text()
+        sink = start_sink(tmp_path, pg, broker.url, "--tables", "T9")
+        await _until_ended(pg, "T9")
+        journal = await journal_events(broker.port, table.root)
+        await wait_for(lambda: count(pg, "SELECT count(*) FROM events") >= len(journal), 20,
+                       "the last rows")
+        assert_database_matches(pg, {"T9": journal})
+    finally:
+        kill(sink)
+        table.stop()

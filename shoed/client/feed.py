@@ -148,7 +148,11 @@ class TableConnection:
                     delay = 0.2
                     await self.on_connect()
                     async for message in client.messages:
-                        self._dispatch(str(message.topic), message.payload)
+                        try:
+                            self._dispatch(str(message.topic), message.payload)
+                        except Exception:  # one bad message must not stop the feed
+                            log.exception("client_message_failed", table=self.table,
+                                          topic=str(message.topic))
             except aiomqtt.MqttError as error:
                 log.info("client_disconnected", table=self.table, error=str(error))
             finally:
@@ -436,7 +440,13 @@ class TableFeed(TableConnection):
             await self._commit()
             while not self._ready:
                 self._wake.clear()
-                await self._wake.wait()
+                task = self._task
+                if task is not None and task.done() and not task.cancelled():
+                    error = task.exception()
+                    if error is not None:
+                        raise error
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), 1.0)
             batch, self._ready = self._ready[:max_items], self._ready[max_items:]
             last = batch[-1]
             self._uncommitted = Cursor(instance_of(last), int(last["seq"]))

@@ -65,13 +65,17 @@ class Sink:
     async def run(self) -> None:
         self.locks = await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True)
         self.conn = await psycopg.AsyncConnection.connect(self.conninfo)
+        self._failed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         tasks = [asyncio.create_task(self._claimer())]
         if self.tables is None:
             tasks.append(asyncio.create_task(self._discover()))
         else:
             self.seen.update(self.tables)
         try:
-            await asyncio.gather(*tasks)
+            done, _ = await asyncio.wait([*tasks, self._failed],
+                                         return_when=asyncio.FIRST_COMPLETED)
+            for finished in done:
+                finished.result()  # a table's writer failed: say so and stop (K13)
         finally:
             for task in [*tasks, *self.owned.values()]:
                 task.cancel()
@@ -81,6 +85,8 @@ class Sink:
 
     async def _claimer(self) -> None:
         while True:
+            # The locks live in this session: if it is gone, so are they (K13).
+            await self.locks.execute("SELECT 1")
             for table in sorted(self.seen - set(self.owned)):
                 await self._claim(table)
             await asyncio.sleep(self.claim_interval_s)
@@ -91,7 +97,17 @@ class Sink:
         row = await cur.fetchone()
         if row and row[0]:
             log.info("sink_table_claimed", table=table)
-            self.owned[table] = asyncio.create_task(self._serve(table))
+            task = asyncio.create_task(self._serve(table), name=f"sink-{table}")
+            task.add_done_callback(self._on_table_done)
+            self.owned[table] = task
+
+    def _on_table_done(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled() or self._failed.done():
+            return
+        error = task.exception()
+        if error is not None:
+            log.error("sink_table_failed", task=task.get_name(), error=repr(error))
+            self._failed.set_exception(error)
 
     async def _discover(self) -> None:
         """Tables appear by their retained `status` (and, with a group, its refreshes:
@@ -185,5 +201,8 @@ def sink(args: argparse.Namespace) -> int:
         return loop.run_until_complete(task)
     except asyncio.CancelledError:
         return 0
+    except (psycopg.Error, OSError) as error:
+        log.error("sink_stopped", error=str(error))
+        return 1
     finally:
         loop.close()
