@@ -76,7 +76,7 @@ async def test_broker_restart_mid_shoe_gaps_filled_by_replay(tmp_path: pathlib.P
     feed = TableFeed(broker.url, "T9", from_seq=1, grace_s=0.5)
     task = asyncio.create_task(consume(feed, got))
     try:
-        await wait_for(lambda: len(got) > 15, 30, "the first events")
+        await wait_for(lambda: len(got) > 15, 90, "the first events")
         broker.stop(kill=True)  # no persistence: whatever it held is gone
         await asyncio.sleep(1.0)
         broker.start()
@@ -100,7 +100,7 @@ async def test_daemon_kill_9_mid_shoe(tmp_path: pathlib.Path, broker: Any) -> No
     try:
         for _ in range(2):
             seen = len(got)
-            await wait_for(lambda s=seen: len(got) > s + 8, 30, "more events")
+            await wait_for(lambda s=seen: len(got) > s + 8, 90, "more events")
             table.kill_daemon()
             await asyncio.sleep(0.5)
             table.start_daemon()
@@ -137,7 +137,7 @@ async def test_consumer_kill_9_redelivers_at_most_the_unhandled(tmp_path: pathli
     try:
         for _ in range(3):
             seen = len(lines())
-            await wait_for(lambda s=seen: len(lines()) > s + 6, 30, "tail output")
+            await wait_for(lambda s=seen: len(lines()) > s + 6, 90, "tail output")
             tail.send_signal(signal.SIGKILL)
             tail.wait()
             kills += 1
@@ -241,7 +241,7 @@ async def test_tail_prints_one_readable_line_per_event(tmp_path: pathlib.Path,
                                  broker.url, "--table", "T9", "--from-seq", "1",
                                  "--grace", "0.5"], stdout=out, stderr=subprocess.STDOUT)
     try:
-        await wait_for(lambda: "shoe ended" in out_path.read_text(), 60, "the shoe's end")
+        await wait_for(lambda: "shoe ended" in out_path.read_text(), 90, "the shoe's end")
         journal = await journal_events(broker.port, table.root)
         await asyncio.sleep(0.5)
         lines = out_path.read_text().splitlines()
