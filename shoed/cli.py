@@ -67,24 +67,29 @@ def _cmd_check_journal(args: argparse.Namespace) -> int:
 
 
 def _cmd_schema(args: argparse.Namespace) -> int:
-    from .core.commands import COMMAND_ADAPTER
-    from .core.events import EVENT_ADAPTER, StateSnapshot
-    from .core.roads import RoadsMessage
+    from .contract import schemas
 
-    response = {"type": "object", "required": ["request_id", "ok", "error", "result"],
-                "properties": {"request_id": {"type": ["string", "null"]},
-                               "ok": {"type": "boolean"},
-                               "error": {"type": ["object", "null"], "properties": {
-                                   "code": {"type": "string"}, "message": {"type": "string"}}},
-                               "result": {}}}
-    print(json.dumps({
-        "events": EVENT_ADAPTER.json_schema(),
-        "commands": COMMAND_ADAPTER.json_schema(),
-        "state": StateSnapshot.model_json_schema(),
-        "roads": RoadsMessage.model_json_schema(),
-        "response": response,
-    }, indent=2))
+    print(schemas.dumps(schemas.schema_document()))
     return 0
+
+
+def _cmd_asyncapi(args: argparse.Namespace) -> int:
+    from .contract import asyncapi
+
+    print(asyncapi.dumps())
+    return 0
+
+
+def _cmd_tail(args: argparse.Namespace) -> int:
+    from .client.tail import tail
+
+    return tail(args)
+
+
+def _cmd_sink(args: argparse.Namespace) -> int:
+    from .sink.cli import sink
+
+    return sink(args)
 
 
 def _cmd_analyze(args: argparse.Namespace) -> int:
@@ -236,6 +241,32 @@ def build_parser() -> argparse.ArgumentParser:
     schema = sub.add_parser("schema", help="JSON Schema of events, state, roads and commands")
     schema.set_defaults(func=_cmd_schema)
 
+    spec = sub.add_parser("asyncapi", help="the AsyncAPI 3.0 document of the MQTT interface")
+    spec.set_defaults(func=_cmd_asyncapi)
+
+    tail_ = sub.add_parser("tail", help="print a table's events, exactly once and in order")
+    add_feed_options(tail_)
+    tail_.add_argument("--table", required=True, help="table id (topic root shoed/<id>)")
+    tail_.add_argument("--from-seq", type=int, default=None,
+                       help="start at this seq of the current instance (default: the "
+                            "stored cursor, else what arrives now)")
+    tail_.add_argument("--json", action="store_true", help="one JSON event per line")
+    tail_.add_argument("--cursor", type=pathlib.Path, default=None,
+                       help="SQLite cursor file (default: none; --from-seq or live)")
+    tail_.set_defaults(func=_cmd_tail)
+
+    sink_ = sub.add_parser("sink", help="write tables' events into PostgreSQL, exactly once")
+    add_feed_options(sink_)
+    sink_.add_argument("--postgres", required=True, help="libpq URL or DSN")
+    sink_.add_argument("--tables", default=None,
+                       help="comma-separated table ids; default: every table (wildcard)")
+    sink_.add_argument("--group", default=None,
+                       help="share the wildcard subscription among workers of this group "
+                            "(MQTT 5 shared subscription)")
+    sink_.add_argument("--migrate-only", action="store_true",
+                       help="apply the database migrations and exit")
+    sink_.set_defaults(func=_cmd_sink)
+
     analyze = sub.add_parser("analyze", help="exact probabilities and house edges")
     analyze.add_argument("--decks", type=DECKS, default=None,
                          help="1 to 12 (default: the config's rules.decks, else 8)")
@@ -307,6 +338,16 @@ def build_parser() -> argparse.ArgumentParser:
                          help="the pit page's tables (default console.tables, or table.id)")
     console.set_defaults(func=_cmd_console)
     return parser
+
+
+def add_feed_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--url", default="mqtt://127.0.0.1:1883", help="the broker")
+    parser.add_argument("--prefix", default="shoed", help="topic roots are <prefix>/<table>")
+    parser.add_argument("--username", default=None)
+    parser.add_argument("--password-file", type=pathlib.Path, default=None)
+    parser.add_argument("--protocol", choices=["5", "3.1.1"], default="5")
+    parser.add_argument("--grace", type=float, default=2.0,
+                        help="seconds a gap may wait for late events before a replay")
 
 
 def add_simulation_options(parser: argparse.ArgumentParser) -> None:

@@ -1,0 +1,83 @@
+"""The client's error tree.
+
+    ShoedClientError
+    +-- CommandError            the daemon answered ok: false (.code, .message, .answer)
+    |   +-- InvalidCommand      invalid_json, invalid_command, unknown_command
+    |   +-- Forbidden           forbidden (outside the sender's role)
+    |   +-- RequestConflict     request_id_conflict (same id, different body)
+    |   +-- StorageFailed       storage_failed (the daemon cannot journal: try later)
+    |   +-- CommandRefused      every rule refusal (shoe_in_play, unknown_hand, ...)
+    +-- CommandTimeout          no answer after every retry (the same request_id each time)
+    +-- FeedError
+        +-- EventsLost          events the daemon no longer holds (older than retention)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ShoedClientError(Exception):
+    pass
+
+
+class CommandError(ShoedClientError):
+    def __init__(self, answer: dict[str, Any]) -> None:
+        error = answer.get("error") or {}
+        self.answer = answer
+        self.code: str = str(error.get("code"))
+        self.message: str = str(error.get("message"))
+        self.request_id: str | None = answer.get("request_id")
+        super().__init__(f"{self.code}: {self.message}")
+
+
+class InvalidCommand(CommandError):
+    pass
+
+
+class Forbidden(CommandError):
+    pass
+
+
+class RequestConflict(CommandError):
+    pass
+
+
+class StorageFailed(CommandError):
+    pass
+
+
+class CommandRefused(CommandError):
+    pass
+
+
+class CommandTimeout(ShoedClientError):
+    def __init__(self, request_id: str, command: str, attempts: int, waited_s: float) -> None:
+        self.request_id = request_id
+        self.command = command
+        self.attempts = attempts
+        super().__init__(f"no answer to {command} (request_id {request_id}) after "
+                         f"{attempts} attempt(s), {waited_s:.1f} s")
+
+
+class FeedError(ShoedClientError):
+    pass
+
+
+class EventsLost(FeedError):
+    def __init__(self, instance: str | None, first: int, last: int) -> None:
+        self.instance, self.first, self.last = instance, first, last
+        super().__init__(f"events {first}..{last} of instance {instance} are no longer in "
+                         "the daemon's journal")
+
+
+_BY_CODE: dict[str, type[CommandError]] = {
+    "invalid_json": InvalidCommand, "invalid_command": InvalidCommand,
+    "unknown_command": InvalidCommand, "forbidden": Forbidden,
+    "request_id_conflict": RequestConflict, "storage_failed": StorageFailed,
+}
+
+
+def error_for(answer: dict[str, Any]) -> CommandError:
+    code = str((answer.get("error") or {}).get("code"))
+    return _BY_CODE.get(code, CommandRefused)(answer)

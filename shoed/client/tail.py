@@ -1,0 +1,78 @@
+"""`shoed tail`: a table's events, exactly once and in order, as lines or JSON."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import signal
+import sys
+from typing import Any
+
+from .cursor import SQLiteCursorStore
+from .feed import TableFeed
+
+
+def describe(event: dict[str, Any]) -> str:
+    """One human-readable line per event."""
+    kind = event.get("type")
+    ts = str(event.get("ts", ""))[11:23]
+    head = f"{event.get('table_id')} {event.get('instance')}#{event.get('seq'):<6} {ts} " \
+           f"hand {event.get('hand_no') if event.get('hand_no') is not None else '-':<3} "
+    if kind == "card":
+        what = (f"card {event.get('position') or 'pending'} {event.get('card') or '??'} "
+                f"(index {event.get('card_index')}, {event.get('source')})")
+    elif kind == "hand_result":
+        what = (f"RESULT {str(event.get('winner')).upper()} player "
+                f"{' '.join(event.get('player_cards') or [])} = {event.get('player_total')}, "
+                f"banker {' '.join(event.get('banker_cards') or [])} = "
+                f"{event.get('banker_total')}")
+    elif kind == "alarm":
+        state = "RAISED" if event.get("active") else "cleared"
+        what = f"ALARM {state} {event.get('code')}: {event.get('message')}"
+    elif kind == "hand_voided":
+        what = f"hand VOIDED: {event.get('reason')} (by {event.get('operator') or 'rule'})"
+    elif kind == "shoe_started":
+        what = f"shoe started {event.get('shoe_id')} ({event.get('decks')} decks)"
+    elif kind == "shoe_ended":
+        what = (f"shoe ended: {event.get('hands_played')} hands, "
+                f"{event.get('hands_voided')} voided")
+    elif kind == "supervisor_action":
+        what = f"supervisor {event.get('operator')}: {event.get('command')}"
+    else:
+        skip = {"schema_version", "type", "event_id", "seq", "ts", "table_id", "shoe_id",
+                "hand_no", "instance"}
+        rest = ", ".join(f"{k}={v}" for k, v in event.items() if k not in skip)
+        what = f"{kind} {rest}".rstrip()
+    return head + what
+
+
+async def run_tail(args: argparse.Namespace) -> int:
+    password = args.password_file.read_text().strip() if args.password_file else None
+    store = SQLiteCursorStore(args.cursor) if args.cursor else None
+    feed = TableFeed(args.url, args.table, root=f"{args.prefix}/{args.table}",
+                     cursor_store=store, from_seq=args.from_seq, grace_s=args.grace,
+                     username=args.username, password=password, protocol=args.protocol)
+    out = sys.stdout
+    async with feed:
+        async for event in feed:
+            out.write((json.dumps(event) if args.json else describe(event)) + "\n")
+            out.flush()  # handled = written out: only then may the cursor move
+    return 0
+
+
+def tail(args: argparse.Namespace) -> int:
+    loop = asyncio.new_event_loop()
+    task = loop.create_task(run_tail(args))
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, task.cancel)
+    try:
+        return loop.run_until_complete(task)
+    except asyncio.CancelledError:
+        return 0
+    except BrokenPipeError:
+        return 0
+    finally:
+        loop.close()

@@ -1,0 +1,1 @@
+"""The machine-readable contract: JSON Schemas and the AsyncAPI document."""

@@ -1,0 +1,174 @@
+"""Models of the payloads that have no model in the core: status, device, the will,
+the answer envelope and every command's `result` (mqtt-api.md sections 1 and 4).
+
+These are documentation models: the daemon builds these payloads as dicts; the schemas
+generated from here are checked against what it really publishes (tests/test_contract.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# Every `error.code` an answer can carry (mqtt-api.md section 4, integrity.md section 2).
+ERROR_CODES: tuple[str, ...] = (
+    "invalid_json", "invalid_command", "unknown_command", "forbidden", "request_id_conflict",
+    "retained_command_ignored", "storage_failed", "shoe_in_play", "betting_control_none",
+    "not_between_hands", "wrong_hand", "shoe_ended", "unknown_card", "hand_resolved",
+    "bad_card", "not_held", "card_unknown", "unknown_hand", "already_voided", "no_shoe",
+    "out_of_range", "unknown_alarm", "not_ackable",
+)
+
+# Alarm codes known today. The list is open (a new detector adds a code): the schema
+# gives these as examples and a pattern, not as an enum (docs/decisions.md).
+KNOWN_ALARM_CODES: tuple[str, ...] = (
+    "card_unread", "foreign_card", "excess_card", "duplicate_uid", "cards_lost",
+    "incomplete_pull", "bad_payload", "protocol_mismatch", "device_lost", "device_rebooted",
+    "device_fault", "storage_failed", "shoe_loaded_in_play", "cut_card_in_commencement",
+    "card_exposed_during_betting", "shoe_unshuffled",
+)
+
+ROLES = ("game_server", "auditor", "supervisor")
+
+
+class _Open(BaseModel):
+    """Published by the daemon: consumers ignore fields they do not know."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class Status(_Open):
+    """`{root}/status` (retained) while the daemon is connected."""
+
+    online: Literal[True]
+    table_id: str
+    version: str
+    instance: str | None = Field(default=None, description="the journal's identity")
+    device_connected: bool
+    storage_ok: bool
+    storage_error: str | None
+    outbox: int = Field(description="events journalled and not yet acknowledged by the broker")
+    clock_synchronised: bool | None
+    warnings: list[str]
+    ts: float = Field(description="host time of this status, seconds since the Unix epoch")
+
+
+class Will(_Open):
+    """`{root}/status` as the broker publishes it when the daemon's connection is lost
+    (the MQTT will), and as the daemon publishes it when it stops."""
+
+    online: Literal[False]
+
+
+class Device(_Open):
+    """`{root}/device` (retained): the shoe as the daemon last saw it."""
+
+    connected: bool
+    transport: Literal["serial", "usb"]
+    firmware: str | None
+    serial_no: str | None
+    boot_id: int | str | None
+    capabilities: list[str]
+    last_seen: float | None
+    faults: list[Any]
+    storage_ok: bool
+
+
+class CommandError(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    code: str
+    message: str
+
+
+class Answer(_Open):
+    """One answer per command, on `{root}/cmd/response` or `{root}/cmd/response/{user}`."""
+
+    request_id: str | None
+    ok: bool
+    command: str | None = Field(default=None, description="echoes the command's name")
+    error: CommandError | None
+    result: Any
+
+
+# -- the `result` of each command (open objects) ------------------------------------------
+
+
+class NewShoeResult(_Open):
+    shoe_id: str
+
+
+class CloseBettingResult(_Open):
+    hand_no: int
+    repeat: bool = False
+
+
+class ManualCardResult(_Open):
+    card_index: int
+    card: str
+
+
+class ResumeResult(_Open):
+    resumed: list[str]
+
+
+class VoidHandResult(_Open):
+    hand_no: int
+    result_withdrawn: bool
+
+
+class EmptyResult(_Open):
+    """`void_shoe`, `cut_card`, `report_misorder` (and `end_shoe`, `realign`): nothing
+    beyond ok; `end_shoe` says `repeat: true` when the shoe was already ending and
+    `realign` names the `hand_no` a card moved into."""
+
+
+class RecalledCard(_Open):
+    card_index: int
+    card: str | None
+    position: str
+    source: Literal["shoe", "manual"]
+
+
+class RecalledHand(_Open):
+    shoe_id: str
+    hand_no: int
+    cards: list[RecalledCard]
+    result: dict[str, Any] | None
+    voided: dict[str, Any] | None
+    supervisor_actions: list[dict[str, Any]]
+    misorders: list[Any]
+
+
+class RecallResult(_Open):
+    hands: list[RecalledHand] = Field(description="newest first")
+    shoe_reports: list[dict[str, Any]] | None = None
+
+
+class ReplayResult(_Open):
+    from_seq: int
+    to_seq: int
+    count: int
+    next_from_seq: int | None = Field(
+        default=None, description="where the next replay goes on; null when all was sent")
+
+
+class AckAlarmResult(_Open):
+    alarm_id: str
+
+
+class WhoamiResult(_Open):
+    authenticated_as: str
+    role: Literal["game_server", "auditor", "supervisor"]
+    commands: list[str]
+
+
+RESULTS: dict[str, type[BaseModel] | None] = {
+    "new_shoe": NewShoeResult, "close_betting": CloseBettingResult,
+    "manual_card": ManualCardResult, "resume": ResumeResult, "void_hand": VoidHandResult,
+    "void_shoe": EmptyResult, "end_shoe": EmptyResult, "realign": EmptyResult,
+    "cut_card": EmptyResult, "report_misorder": EmptyResult, "recall": RecallResult,
+    "replay": ReplayResult, "roads": None,  # the roads board: see schemas.roads_schema()
+    "ack_alarm": AckAlarmResult, "whoami": WhoamiResult,
+}

@@ -1,0 +1,1 @@
+"""`shoed sink`: tables' events into PostgreSQL, exactly once (see docs/integrating.md)."""

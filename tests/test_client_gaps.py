@@ -1,0 +1,162 @@
+"""TableFeed's gap logic against a real broker and a scripted publisher that answers
+`replay` like the daemon: late events are not re-requested, a real gap is replayed after
+the grace delay (exactly the missing range), the retained state's seq reveals a lost
+tail, duplicates are dropped, a new instance restarts at seq 1, replay pages follow
+`next_from_seq`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import aiomqtt
+import pytest
+from kit import asynctest
+from rig import wait_for
+
+from shoed.client import TableFeed
+
+pytestmark = [pytest.mark.broker, pytest.mark.timeout(60)]
+ROOT = "shoed/T8"
+
+
+def event(seq: int, instance: str = "aaaa0001", kind: str = "card") -> dict[str, Any]:
+    return {"schema_version": 1, "type": kind, "event_id": f"T8-{instance}-{seq}",
+            "seq": seq, "ts": "2026-12-01T08:00:00.000+00:00", "table_id": "T8",
+            "shoe_id": None, "hand_no": None}
+
+
+class ScriptedDaemon:
+    """Publishes what the test says; answers replay from its journal, `page` at a time."""
+
+    def __init__(self, port: int, page: int = 1000) -> None:
+        self.port, self.page = port, page
+        self.journal: dict[str, list[dict[str, Any]]] = {}
+        self.instance = "aaaa0001"
+        self.requests: list[tuple[int, int | None]] = []
+        self.client: aiomqtt.Client | None = None
+        self.ready = asyncio.Event()
+
+    async def run(self) -> None:
+        async with aiomqtt.Client("127.0.0.1", self.port, identifier="scripted") as client:
+            self.client = client
+            await client.subscribe(f"{ROOT}/cmd", qos=1)
+            self.ready.set()
+            async for message in client.messages:
+                await self._answer(json.loads(message.payload))  # type: ignore[arg-type]
+
+    async def _answer(self, cmd: dict[str, Any]) -> None:
+        assert self.client is not None and cmd["command"] == "replay"
+        held = self.journal.get(self.instance, [])
+        first, last = (held[0]["seq"], held[-1]["seq"]) if held else (0, 0)
+        from_seq, to_seq = cmd["from_seq"], cmd.get("to_seq")
+        self.requests.append((from_seq, to_seq))
+        end = to_seq or last
+        if not held or from_seq < first or from_seq > last:
+            answer = {"ok": False, "error": {"code": "out_of_range", "message": (
+                f"expected from_seq..to_seq within {first}..{last}, got {from_seq}..{to_seq}")},
+                "result": None}
+        else:
+            chosen = [e for e in held if from_seq <= e["seq"] <= end][: self.page]
+            for e in chosen:
+                await self.client.publish(f"{ROOT}/replay", json.dumps(e), qos=1)
+            sent_to = chosen[-1]["seq"]
+            answer = {"ok": True, "error": None, "result": {
+                "from_seq": from_seq, "to_seq": sent_to, "count": len(chosen),
+                "next_from_seq": sent_to + 1 if sent_to < end else None}}
+        await self.client.publish(f"{ROOT}/cmd/response", json.dumps(
+            {"request_id": cmd["request_id"], "command": "replay", **answer}), qos=1)
+
+    async def emit(self, seq: int, publish: bool = True) -> None:
+        e = event(seq, self.instance)
+        self.journal.setdefault(self.instance, []).append(e)
+        if publish:
+            assert self.client is not None
+            await self.client.publish(f"{ROOT}/events", json.dumps(e), qos=1)
+
+    async def state(self, seq: int) -> None:
+        assert self.client is not None
+        await self.client.publish(f"{ROOT}/state", json.dumps({"schema_version": 1,
+                                                               "seq": seq}), qos=1)
+
+
+async def _collect(feed: TableFeed, got: list[dict[str, Any]]) -> None:
+    async with feed:
+        async for e in feed:
+            got.append(e)
+
+
+@asynctest
+async def test_late_events_wait_real_gaps_replay_exactly_what_is_missing(broker: Any) -> None:
+    daemon = ScriptedDaemon(broker.port)
+    runner = asyncio.create_task(daemon.run())
+    await daemon.ready.wait()
+    got: list[dict[str, Any]] = []
+    feed = TableFeed(broker.url, "T8", from_seq=1, grace_s=0.8)
+    consumer = asyncio.create_task(_collect(feed, got))
+    try:
+        await feed.wait_connected(10)
+        await asyncio.sleep(0.3)  # the start-up probe finds nothing
+        probes = len(daemon.requests)
+        await daemon.emit(1)
+        await daemon.emit(2)
+        await daemon.emit(3, publish=False)
+        await daemon.emit(4)
+        await asyncio.sleep(0.2)
+        assert [e["seq"] for e in got] == [1, 2]
+        assert daemon.client is not None
+        await daemon.client.publish(f"{ROOT}/events", json.dumps(event(3)), qos=1)  # late
+        await daemon.client.publish(f"{ROOT}/events", json.dumps(event(2)), qos=1)  # dup
+        await wait_for(lambda: len(got) == 4, 5, "the late event")
+        await asyncio.sleep(1.0)
+        assert daemon.requests[probes:] == [], "a late event was re-requested"
+
+        await daemon.emit(5)
+        await daemon.emit(6, publish=False)
+        await daemon.emit(7)
+        await wait_for(lambda: len(got) == 7, 5, "the replayed gap")
+        assert daemon.requests[probes:] == [(6, 6)]
+
+        # A lost tail: only the retained state says it exists.
+        await daemon.emit(8, publish=False)
+        await daemon.emit(9, publish=False)
+        await daemon.state(9)
+        await wait_for(lambda: len(got) == 9, 5, "the tail the state names")
+        assert [e["seq"] for e in got] == list(range(1, 10))
+        assert feed.stats["duplicates"] >= 1
+    finally:
+        consumer.cancel()
+        runner.cancel()
+        await asyncio.gather(consumer, runner, return_exceptions=True)
+
+
+@asynctest
+async def test_new_instance_restarts_at_seq_1_and_replay_pages(broker: Any) -> None:
+    daemon = ScriptedDaemon(broker.port, page=3)
+    runner = asyncio.create_task(daemon.run())
+    await daemon.ready.wait()
+    for seq in range(1, 9):
+        await daemon.emit(seq, publish=False)  # dealt before the consumer started
+    got: list[dict[str, Any]] = []
+    feed = TableFeed(broker.url, "T8", from_seq=1, grace_s=0.5)
+    consumer = asyncio.create_task(_collect(feed, got))
+    try:
+        await wait_for(lambda: len(got) == 8, 10, "the journal, three pages")
+        assert daemon.requests[0][0] == 1 and (4, None) in daemon.requests
+        daemon.instance = "bbbb0002"  # an operator started a new journal
+        for seq in range(1, 4):
+            await daemon.emit(seq, publish=seq == 3)
+        await wait_for(lambda: len(got) == 11, 10, "the new instance from seq 1")
+        assert [(e["instance"], e["seq"]) for e in got[8:]] == [
+            ("bbbb0002", 1), ("bbbb0002", 2), ("bbbb0002", 3)]
+        assert feed.stats["instances"] == 1 and not feed.lost
+        # A late event of the old instance is a duplicate, not a new stream.
+        assert daemon.client is not None
+        await daemon.client.publish(f"{ROOT}/events", json.dumps(event(8)), qos=1)
+        await asyncio.sleep(0.5)
+        assert len(got) == 11 and feed.instance == "bbbb0002"
+    finally:
+        consumer.cancel()
+        runner.cancel()
+        await asyncio.gather(consumer, runner, return_exceptions=True)

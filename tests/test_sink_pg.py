@@ -1,0 +1,242 @@
+"""`shoed sink` into a real PostgreSQL: every hand exactly once in the database, the
+counts equal to what the daemon's journal holds (`replay`), across a sink kill -9, a
+sink killed mid-transaction, a daemon kill -9, a broker restart and a journal reset;
+many tables shared by two sink workers."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from kit import TableProcess, asynctest, journal_events
+from pg import PrivatePostgres, database, server
+from rig import wait_for
+
+from shoed.client import TableConnection
+from shoed.sink.db import migrations
+
+pytestmark = [pytest.mark.broker, pytest.mark.once, pytest.mark.timeout(240)]
+
+
+@pytest.fixture(scope="module")
+def pg_server() -> Iterator[str]:
+    with server() as url:
+        yield url
+
+
+@pytest.fixture
+def pg(pg_server: str) -> Iterator[str]:
+    with database(pg_server) as url:
+        yield url
+
+
+def start_sink(tmp: pathlib.Path, pg: str, broker_url: str, *extra: str,
+               env: dict[str, str] | None = None, name: str = "sink"
+               ) -> subprocess.Popen[bytes]:
+    out = open(tmp / f"{name}.log", "ab")  # noqa: SIM115 - the child owns it
+    return subprocess.Popen([sys.executable, "-m", "shoed.cli", "sink", "--postgres", pg,
+                             "--url", broker_url, "--grace", "0.5", *extra],
+                            stdout=out, stderr=out, env={**os.environ, **(env or {})})
+
+
+def kill(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
+
+def query(pg: str, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+    with psycopg.connect(pg) as conn:
+        return list(conn.execute(sql, params).fetchall())
+
+
+def count(pg: str, sql: str, *params: Any) -> int:
+    try:
+        return int(query(pg, sql, *params)[0][0])
+    except psycopg.errors.UndefinedTable:
+        return 0
+
+
+def assert_database_matches(pg: str, journals: dict[str, list[dict[str, Any]]]) -> None:
+    """Every event once; every hand once with the journal's result; the cursor at the
+    end; for each table (a list per table, instances in order)."""
+    for table, journal in journals.items():
+        ids = {e["event_id"] for e in journal}
+        stored = {r[0] for r in query(pg, "SELECT event_id FROM events WHERE table_id = %s",
+                                      table)}
+        assert stored == ids, f"{table}: {len(ids - stored)} missing, " \
+                              f"{len(stored - ids)} unknown"
+        results = {(e["shoe_id"], e["hand_no"]): e["winner"] for e in journal
+                   if e["type"] == "hand_result"}
+        voided = {(e["shoe_id"], e["hand_no"]) for e in journal if e["type"] == "hand_voided"}
+        rows = query(pg, "SELECT shoe_id, hand_no, winner, voided FROM hands "
+                         "WHERE table_id = %s", table)
+        assert len(rows) == len(set(results) | voided)
+        assert {(r[0], r[1]): r[2] for r in rows if r[2] is not None} == results
+        assert results, "the shoe had hands"
+        cards = sum(e["type"] == "card" for e in journal)
+        assert count(pg, "SELECT count(*) FROM cards WHERE table_id = %s", table) == cards
+        shoes = {e["shoe_id"] for e in journal if e["type"] == "shoe_started"}
+        assert count(pg, "SELECT count(*) FROM shoes WHERE table_id = %s", table) == len(shoes)
+        alarms = {e["alarm_id"] for e in journal if e["type"] == "alarm"}
+        assert count(pg, "SELECT count(*) FROM alarms WHERE table_id = %s", table) == len(alarms)
+        actions = sum(e["type"] == "supervisor_action" for e in journal)
+        assert count(pg, "SELECT count(*) FROM supervisor_actions WHERE table_id = %s",
+                     table) == actions
+        reports = {e["shoe_id"] for e in journal if e["type"] == "shoe_report"}
+        assert count(pg, "SELECT count(*) FROM shoe_reports WHERE table_id = %s",
+                     table) == len(reports)
+        last = journal[-1]
+        assert query(pg, "SELECT seq FROM sink_cursor WHERE table_id = %s", table) == [
+            (last["seq"],)]
+    standing = sum(1 for j in journals.values() for e in j if e["type"] == "hand_result")
+    assert count(pg, "SELECT coalesce(sum(hands), 0) FROM results_per_table_hour") == standing
+
+
+async def _until_ended(pg: str, table: str, shoes: int = 1, timeout: float = 120) -> None:
+    await wait_for(lambda: count(pg, "SELECT count(*) FROM shoes WHERE table_id = %s AND "
+                                     "ended_at IS NOT NULL", table) >= shoes,
+                   timeout, "the shoe's end in the database")
+
+
+def test_migrations_are_versioned_and_idempotent(pg: str) -> None:
+    for _ in range(2):
+        subprocess.run([sys.executable, "-m", "shoed.cli", "sink", "--postgres", pg,
+                        "--migrate-only"], check=True, capture_output=True)
+    versions = query(pg, "SELECT version, name FROM schema_version ORDER BY version")
+    assert versions == [(v, n) for v, n, _ in migrations()]
+    assert [v for v, _ in versions] == list(range(1, len(versions) + 1))
+    views = {r[0] for r in query(pg, "SELECT table_name FROM information_schema.views")}
+    assert {"results_per_table_hour", "hands_per_hour", "alarms_open"} <= views
+
+
+def test_private_cluster_starts_from_the_installed_binaries() -> None:
+    private = PrivatePostgres()
+    url = private.start()
+    try:
+        with database(url) as db:
+            assert query(db, "SELECT 1") == [(1,)]
+    finally:
+        private.stop()
+
+
+@pytest.mark.parametrize("fault", ["sink_kill_9", "sink_killed_mid_transaction",
+                                   "daemon_kill_9", "broker_restart", "journal_reset"])
+@asynctest
+async def test_every_hand_exactly_once_across(fault: str, tmp_path: pathlib.Path,
+                                               broker: Any, pg: str) -> None:
+    table = TableProcess(tmp_path, broker.url, pace=0.04).start()
+    env = {"SHOED_TEST_SINK_CRASH_IN_TX": "3"} if fault == "sink_killed_mid_transaction" \
+        else None
+    sink = start_sink(tmp_path, pg, broker.url, "--tables", "T9", env=env)
+    try:
+        events = "SELECT count(*) FROM events"
+        if fault == "sink_killed_mid_transaction":
+            await wait_for(lambda: sink.poll() is not None, 60, "the sink to die mid-batch")
+            assert sink.returncode == -signal.SIGKILL
+            before = count(pg, events)
+            assert count(pg, "SELECT coalesce(max(seq), 0) FROM sink_cursor") == before
+            sink = start_sink(tmp_path, pg, broker.url, "--tables", "T9")
+        else:
+            await wait_for(lambda: count(pg, events) > 12, 60, "the first rows")
+        if fault == "sink_kill_9":
+            kill(sink)
+            await asyncio.sleep(0.5)
+            sink = start_sink(tmp_path, pg, broker.url, "--tables", "T9")
+        elif fault == "daemon_kill_9":
+            table.kill_daemon()
+            await asyncio.sleep(0.5)
+            table.start_daemon()
+        elif fault == "broker_restart":
+            broker.stop(kill=True)
+            await asyncio.sleep(1.0)
+            broker.start()
+        journals: list[list[dict[str, Any]]] = []
+        if fault == "journal_reset":
+            await _until_ended(pg, "T9")
+            journals.append(await journal_events(broker.port, table.root))
+            table.stop()
+            table.reset_journal()
+            table.start_simulator(seed=11)
+            table.start_daemon()
+            await _until_ended(pg, "T9", shoes=2)
+        else:
+            await _until_ended(pg, "T9")
+        await asyncio.sleep(1.0)
+        journals.append(await journal_events(broker.port, table.root))
+        everything = [e for j in journals for e in j]
+        await wait_for(lambda: count(pg, events) >= len(everything), 20, "the last rows")
+        assert_database_matches(pg, {"T9": everything})
+        async with TableConnection(broker.url, "T9") as conn:
+            recalled = (await conn.command("recall", hands=100))["hands"]
+        assert recalled, "recall names the shoe's hands"
+        stored = {(r[0], r[1]): r[2] for r in query(pg, "SELECT shoe_id, hand_no, winner "
+                                                        "FROM hands")}
+        for hand in recalled:
+            winner = (hand.get("result") or {}).get("winner")
+            assert stored[(hand["shoe_id"], hand["hand_no"])] == winner, hand
+        instances = {r[0] for r in query(pg, "SELECT DISTINCT instance FROM events")}
+        assert len(instances) == len(journals)
+    finally:
+        kill(sink)
+        table.stop()
+
+
+@asynctest
+async def test_many_tables_two_workers_one_database(tmp_path: pathlib.Path, broker: Any,
+                                                    pg: str) -> None:
+    tables = [TableProcess(tmp_path, broker.url, table=f"T{n}", seed=n, pace=0.04).start()
+              for n in (1, 2, 3)]
+    workers = [start_sink(tmp_path, pg, broker.url, "--group", "sinks", name=f"sink{i}")
+               for i in range(2)]
+    try:
+        await wait_for(lambda: count(pg, "SELECT count(DISTINCT table_id) FROM events") == 3,
+                       60, "rows of every table")
+        kill(workers[0])  # mid-shoe: its tables' locks go with its session, and the
+        for t in tables:  # other worker takes them over from the stored cursors
+            await _until_ended(pg, t.table)
+        await asyncio.sleep(1.0)
+        journals = {t.table: await journal_events(broker.port, t.root) for t in tables}
+        total = sum(len(j) for j in journals.values())
+        await wait_for(lambda: count(pg, "SELECT count(*) FROM events") >= total, 20, "rows")
+        assert_database_matches(pg, journals)
+        hours = query(pg, "SELECT table_id, sum(hands) FROM hands_per_hour GROUP BY table_id")
+        assert {r[0] for r in hours} == {"T1", "T2", "T3"}
+    finally:
+        for w in workers:
+            kill(w)
+        for t in tables:
+            t.stop()
+
+
+@asynctest
+async def test_database_connection_lost_the_sink_stops_and_a_restart_resumes(
+        tmp_path: pathlib.Path, broker: Any, pg: str) -> None:
+    table = TableProcess(tmp_path, broker.url, pace=0.04).start()
+    sink = start_sink(tmp_path, pg, broker.url, "--tables", "T9")
+    try:
+        await wait_for(lambda: count(pg, "SELECT count(*) FROM events") > 10, 60, "rows")
+        name = pg.rsplit("/", 1)[1]
+        with psycopg.connect(pg, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
+                          "datname = %s AND pid <> pg_backend_pid()", (name,))
+        await wait_for(lambda: sink.poll() is not None, 30, "the sink to stop")
+        assert sink.returncode == 1
+        assert "sink_stopped" in (tmp_path / "sink.log").read_text()
+        sink = start_sink(tmp_path, pg, broker.url, "--tables", "T9")
+        await _until_ended(pg, "T9")
+        journal = await journal_events(broker.port, table.root)
+        await wait_for(lambda: count(pg, "SELECT count(*) FROM events") >= len(journal), 20,
+                       "the last rows")
+        assert_database_matches(pg, {"T9": journal})
+    finally:
+        kill(sink)
+        table.stop()
