@@ -196,7 +196,7 @@ def test_derived_roads_drop_mode_lay_out_marks_the_same_way():
 def test_hand_outcome_from_a_hand_result_event():
     from shoed.core.events import HandResultEvent
 
-    event = HandResultEvent(event_id="e", seq=5, ts="t", table_id="T01", shoe_id="s",
+    event = HandResultEvent(event_id="e", seq=5, instance="i1", ts="t", table_id="T01", shoe_id="s",
                             hand_no=4, player_cards=["8S", "KD"], banker_cards=["2C", "3C"],
                             player_total=8, banker_total=5, winner="player",
                             player_natural=True, banker_natural=False, player_pair=False,
@@ -421,12 +421,12 @@ def test_feed_takes_event_models():
     from shoed.core.roads import RoadsFeed
 
     feed = RoadsFeed(rows=4, tail_mode="drop")
-    assert feed.apply(ShoeStarted(event_id="a", seq=1, ts="t", table_id="T01", shoe_id="s",
+    assert feed.apply(ShoeStarted(event_id="a", seq=1, instance="i1", ts="t", table_id="T01", shoe_id="s",
                                   hand_no=None, decks=8, table_type="commission",
                                   unnecessary_cards="burn_then_player",
                                   betting_control="none", trigger="shoe_loaded"))
     assert feed.apply(HandResultEvent(
-        event_id="b", seq=2, ts="t", table_id="T01", shoe_id="s", hand_no=1,
+        event_id="b", seq=2, instance="i1", ts="t", table_id="T01", shoe_id="s", hand_no=1,
         player_cards=["8S", "KD"], banker_cards=["9C", "KC"], player_total=8,
         banker_total=9, winner="banker", player_natural=True, banker_natural=True,
         player_pair=False, banker_pair=False, cards_dealt=4, big_small="small",
