@@ -148,7 +148,10 @@ class Daemon:
         self.engine_config = EngineConfig(
             table_id=settings.table.id, decks=rules.decks, table_type=rules.table_type,
             unnecessary_cards=rules.unnecessary_cards,
-            betting_control=settings.table.betting_control, paytable=rules.paytable())
+            betting_control=settings.table.betting_control, paytable=rules.paytable(),
+            integrity=settings.integrity.thresholds(),
+            on_unshuffled=settings.integrity.on_unshuffled,
+            roads_rows=settings.roads.rows, roads_tail_mode=settings.roads.tail_mode)
         self.journal: Journal | None = None
         self.engine: Engine | None = None
         self.link: Link | None = None
@@ -164,6 +167,7 @@ class Daemon:
         self._timer_wake = asyncio.Event()
         self._timer_due = 0.0  # when the timer loop wakes up by itself
         self._state_published_seq: int | None = None
+        self._roads_published_seq: int | None = None
         self._device_requests: list[DeviceRequest] = []  # gate/indicator, sent next turn
         self._unlogged: list[Any] = []  # events applied, logged next turn
         self._stopping = asyncio.Event()
@@ -801,6 +805,10 @@ class Daemon:
         if state.get("seq") != self._state_published_seq:
             await client.publish(f"{self.root}/state", json.dumps(state), qos=1, retain=True)
             self._state_published_seq = state.get("seq")
+        if self.engine.roads_seq != self._roads_published_seq:  # roads.md section 7
+            roads = self.engine.roads_message()
+            await client.publish(f"{self.root}/roads", json.dumps(roads), qos=1, retain=True)
+            self._roads_published_seq = roads["seq"]
 
     def status_payload(self) -> dict[str, Any]:
         synced = clock_synchronised()
@@ -836,6 +844,7 @@ class Daemon:
         await client.publish(f"{self.root}/device", json.dumps(self.device_payload()), qos=1,
                              retain=True)
         self._state_published_seq = None
+        self._roads_published_seq = None
         await self._publish_state(client)
 
     async def _republish_after_connect(self, client: aiomqtt.Client) -> None:

@@ -7,7 +7,6 @@ from typing import Any
 from shoed.core import commands as cmd
 from shoed.core.config import EngineConfig
 from shoed.core.engine import Engine, Output
-from shoed.core.integrity import DETECTORS, IntegrityThresholds
 from shoed.core.inputs import (
     CommandInput,
     DeviceFault,
@@ -18,6 +17,7 @@ from shoed.core.inputs import (
     Input,
     Tick,
 )
+from shoed.core.integrity import DETECTORS, IntegrityThresholds
 
 UNREAD = "??"
 CUT = "CUT"

@@ -287,7 +287,8 @@ def test_alarm_fields_make_an_alarm_event() -> None:
     watch = IntegrityWatch(decks=8)
     alarms = feed(watch, NEW_DECK[:6])
     notice, final = alarms
-    events = [Alarm(event_id="e", seq=1, instance="i1", ts="t", table_id="T1", shoe_id="S", hand_no=None,
+    events = [Alarm(event_id="e", seq=1, instance="i1", ts="t", table_id="T1", shoe_id="S",
+                    hand_no=None,
                     alarm_id=f"A{i}", active=True, **a.alarm_fields())  # type: ignore[arg-type]
               for i, a in enumerate(alarms)]
     assert [(e.code, e.momentary, e.detector) for e in events] == [

@@ -421,7 +421,8 @@ def test_feed_takes_event_models():
     from shoed.core.roads import RoadsFeed
 
     feed = RoadsFeed(rows=4, tail_mode="drop")
-    assert feed.apply(ShoeStarted(event_id="a", seq=1, instance="i1", ts="t", table_id="T01", shoe_id="s",
+    assert feed.apply(ShoeStarted(event_id="a", seq=1, instance="i1", ts="t", table_id="T01",
+                                  shoe_id="s",
                                   hand_no=None, decks=8, table_type="commission",
                                   unnecessary_cards="burn_then_player",
                                   betting_control="none", trigger="shoe_loaded"))
