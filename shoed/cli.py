@@ -235,6 +235,8 @@ def add_simulation_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--duplicate-rate", type=float, default=0.0)
     parser.add_argument("--truncate-rate", type=float, default=0.0)
     parser.add_argument("--reboot-after", type=int, default=None, help="reboot after N cards")
+    parser.add_argument("--unshuffled", action="store_true",
+                        help="load every pack in new-deck order (the shoe-order watch's case)")
     parser.add_argument("--rfid-manifest", type=pathlib.Path, default=None,
                         help="send RFID codes; write the deck manifest (uid,card) here")
 

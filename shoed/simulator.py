@@ -49,10 +49,14 @@ from .core.engine import Engine
 from .core.errors import RulesError
 from .core.game import PB_POSITIONS, next_needed
 from .core.inputs import DeviceItem, DeviceShoeLoaded
+from .core.integrity import DETECTORS, IntegrityThresholds
 
 CUT = "CUT"
 ALL_CAPS = int(Capability.OPTICAL_READER | Capability.EXIT_GATE | Capability.INDICATOR_LIGHT
                | Capability.CUT_CARD_SENSOR)
+
+
+WATCH_OFF = IntegrityThresholds(**dict.fromkeys(DETECTORS, 0))
 
 
 @dataclass
@@ -71,6 +75,7 @@ class Script:
     rfid: dict[str, str] | None = None  # card -> UID hex (then code_kind 2)
     shoes: int = 1  # how many shoes to deal (0 = forever)
     betting_s: float = 0.0  # commands mode: how long the simulated game server waits
+    unshuffled: bool = False  # every pack in new-deck order (the shoe-order watch's case)
 
 
 @dataclass
@@ -176,13 +181,16 @@ class SimulatedShoe:
     # -- the dealer ---------------------------------------------------------------------
 
     def _new_shoe(self, now: float) -> None:
-        shoe = list(ALL_CARDS) * self.decks
-        self.rng.shuffle(shoe)
+        shoe = list(ALL_CARDS) * self.decks  # new-deck order: AS..KS, AH..KH, AD.., AC..
+        if not self.script.unshuffled:
+            self.rng.shuffle(shoe)
         shoe.insert(max(1, len(shoe) - self.script.cut_card_from_end), CUT)
         self._shoe = shoe
         self.card_index = 0
+        # The dealer's own view of the procedure: no shoe-order watch (it would hold where
+        # the dealer, waiting for the gate, simply deals on once the host lets him).
         self._mirror = Engine(EngineConfig(table_id="sim", decks=self.decks,
-                                           betting_control="none"))
+                                           betting_control="none", integrity=WATCH_OFF))
         self._mirror.handle(DeviceShoeLoaded(at=now))
         self._send(ShoeLoaded(self._uptime(now)), now)
 
