@@ -9,6 +9,8 @@ import random
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from table import Table
 from test_engine_shoe import shuffled
 
@@ -208,3 +210,15 @@ def test_a_refused_or_failed_input_leaves_the_board_as_it_was() -> None:
     assert table.engine.roads_message() != before
     table.engine.roll_back(checkpoint)  # what the shell does when storage fails
     assert table.engine.roads_message() == before
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**31), rows=st.integers(3, 8),
+       tail_mode=st.sampled_from(["stay", "drop"]))
+def test_any_shoe_with_voids_keeps_the_board_equal_to_the_standing_results(
+        seed: int, rows: int, tail_mode: str) -> None:
+    table = CheckedTable(betting_control="none", roads_rows=rows, roads_tail_mode=tail_mode)
+    table.hello()
+    deal_with_voids(table, shuffled(8, seed), seed=seed, hands=30)
+    restored = Engine.restore(table.engine.config, table.engine.snapshot())
+    assert restored.roads_message() == table.engine.roads_message()

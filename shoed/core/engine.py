@@ -32,6 +32,14 @@ Invariants:
   pending, and placing cards never depends on the order items arrived in;
 - a result is published exactly once, when the hand is complete and no hold is active,
   by :meth:`Engine._hand_resolved` (the one place a result is recorded);
+- the shoe-order watch (:mod:`.integrity`) sees every card of the shoe in play once, in
+  that order, in :meth:`Engine._deal` before the card is placed (its hold is there before
+  the card could complete a hand); the shoe report (:mod:`.report`) observes every event
+  of its shoe in :meth:`Engine._emit`, and follows the input that ended the shoe;
+- the scoreboard's input (``EngineState.roads``: the shoe's standing results) changes
+  only with a ``shoe_started``, ``hand_result`` or ``hand_voided`` event, in
+  :meth:`Engine._emit`; ``Output.roads_changed`` says so, :meth:`Engine.roads_message`
+  gives the board;
 - a refused command changes nothing and is answered with a stable error code;
 - no exception escapes :meth:`Engine.handle`: an internal fault is answered as an
   ``engine_error`` alarm, and the state stays as it was before that input.
