@@ -337,3 +337,29 @@ def test_recall_gives_each_hand_its_shoe_and_the_reports_of_those_shoes() -> Non
     assert table.cmd("recall", hands=1).result["shoe_reports"] == []
     # recall is read-only: no supervisor_action of its own
     assert [a.command for a in table.of("supervisor_action")] == ["end_shoe"]
+
+
+@pytest.mark.parametrize("how", ["snapshot", "replay"])
+def test_a_restart_mid_shoe_changes_neither_the_watch_nor_the_report(how: str) -> None:
+    order = shuffled(8, 23)
+    order[60:68] = NEW_DECK[13:21]  # AH..8H after 60 shuffled cards: raised mid-shoe
+
+    def run(restart: bool) -> tuple[list[Any], Any]:
+        table = watched()
+        table.hello()
+        table.load()
+        for card in order[:40]:
+            table.draw(card)
+        if restart:
+            _restart(table, how)
+        for card in order[40:90]:
+            table.draw(card)
+        assert table.cmd("void_shoe", reason="review").ok
+        return integrity_alarms(table), table.of("shoe_report")[0]
+
+    alarms, report = run(restart=False)
+    assert [a.detector for a in alarms if a.code == "shoe_unshuffled"][:1] == [
+        "suited_step_run"]
+    again, report_again = run(restart=True)
+    assert [a.model_dump() for a in again] == [a.model_dump() for a in alarms]
+    assert report_again.model_dump() == report.model_dump()
