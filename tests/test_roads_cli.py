@@ -150,8 +150,7 @@ def test_schema_has_the_roads_message(capsys: pytest.CaptureFixture[str]):
     assert roads["$id"].endswith("roads.json")
     body = roads["$defs"][roads["$ref"].rsplit("/", 1)[-1]]
     assert set(body["properties"]) == set(model["properties"])
-    assert set(body["required"]) == set(model["required"])
-    assert "big_eye_boy" in schema["roads"]["required"]
+    assert "big_eye_boy" in body["properties"]
 
 
 # --- the command, against a real broker -----------------------------------------------
