@@ -7,6 +7,7 @@ import asyncio
 import json
 import math
 import pathlib
+import re
 import sys
 from collections.abc import Callable
 
@@ -217,6 +218,23 @@ def host_port(text: str) -> str:
     return text
 
 
+def table_id(text: str) -> str:
+    """A table id as `table.id` takes it: letters, digits, `_.-` (a topic level, no
+    wildcard)."""
+    if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", text):
+        raise argparse.ArgumentTypeError(
+            f"expected a table id of letters, digits and _.- (at most 64), got {text!r}")
+    return text
+
+
+def table_ids(text: str) -> str:
+    """A comma-separated list of table ids (each as :func:`table_id` takes it)."""
+    for item in text.split(","):
+        if item.strip():
+            table_id(item.strip())
+    return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="shoed", description="Electronic baccarat shoe daemon")
     parser.add_argument("--version", action="version", version=f"shoed {__version__}")
@@ -246,8 +264,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     tail_ = sub.add_parser("tail", help="print a table's events, exactly once and in order")
     add_feed_options(tail_)
-    tail_.add_argument("--table", required=True, help="table id (topic root shoed/<id>)")
-    tail_.add_argument("--from-seq", type=int, default=None,
+    tail_.add_argument("--table", required=True, type=table_id,
+                       help="table id (topic root shoed/<id>)")
+    tail_.add_argument("--from-seq", type=number(int, 1, 2**53 - 1), default=None,
                        help="start at this seq of the current instance (default: the "
                             "stored cursor, else what arrives now)")
     tail_.add_argument("--json", action="store_true", help="one JSON event per line")
@@ -258,9 +277,9 @@ def build_parser() -> argparse.ArgumentParser:
     sink_ = sub.add_parser("sink", help="write tables' events into PostgreSQL, exactly once")
     add_feed_options(sink_)
     sink_.add_argument("--postgres", required=True, help="libpq URL or DSN")
-    sink_.add_argument("--tables", default=None,
+    sink_.add_argument("--tables", default=None, type=table_ids,
                        help="comma-separated table ids; default: every table (wildcard)")
-    sink_.add_argument("--group", default=None,
+    sink_.add_argument("--group", default=None, type=table_id,
                        help="share the wildcard subscription among workers of this group "
                             "(MQTT 5 shared subscription)")
     sink_.add_argument("--migrate-only", action="store_true",
@@ -282,7 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
     board = sub.add_parser("roads", help="the current scoreboard, read from the broker")
     board.add_argument("--config", type=pathlib.Path, default=None,
                        help="the daemon's config (broker, credentials, TLS, table)")
-    board.add_argument("--timeout", type=float, default=5.0,
+    board.add_argument("--timeout", type=number(float, 0.1, 3600), default=5.0,
                        help="seconds to wait for the retained board")
     board.add_argument("--json", action="store_true", help="print the message as JSON")
     board.add_argument("--follow", action="store_true",
@@ -346,7 +365,7 @@ def add_feed_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--username", default=None)
     parser.add_argument("--password-file", type=pathlib.Path, default=None)
     parser.add_argument("--protocol", choices=["5", "3.1.1"], default="5")
-    parser.add_argument("--grace", type=float, default=2.0,
+    parser.add_argument("--grace", type=number(float, 0, 3600), default=2.0,
                         help="seconds a gap may wait for late events before a replay")
 
 

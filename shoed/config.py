@@ -11,6 +11,7 @@ import json
 import os
 import pathlib
 import re
+import ssl
 import stat
 import tomllib
 from typing import Any, Literal
@@ -382,11 +383,43 @@ def load_settings(path: str | os.PathLike[str] | None) -> Settings:
     if settings.mqtt.password_file is not None:
         refuse_if_others_can(settings.mqtt.password_file, write=True, read=True,
                              what="mqtt.password_file")
+    check_tls_files(settings.mqtt)
     if settings.cards.manifest is not None:
         require_readable_file(settings.cards.manifest, "cards.manifest")
     if settings.cards.manifest is not None:
         load_manifest(settings.cards.manifest)
     return settings
+
+
+def check_tls_files(mqtt: MqttSection) -> None:
+    """Load the TLS files as the daemon will (a CA bundle, a certificate with its key), so
+    a file that is not PEM, or a key that does not fit its certificate, is named now and
+    not in an endless reconnect later. TLS files with a plain `mqtt://` URL are refused:
+    they would be silently unused."""
+    files = {key: getattr(mqtt, key) for key in ("ca_file", "cert_file", "key_file")}
+    given = [key for key, file in files.items() if file is not None]
+    if given and not mqtt.tls:
+        raise ConfigError(f"mqtt.{given[0]}: set, but mqtt.url is {mqtt.url!r}: TLS files "
+                          "are used only with an mqtts:// URL")
+    if mqtt.key_file is not None and mqtt.cert_file is None:
+        raise ConfigError("mqtt.key_file: set without mqtt.cert_file (the key belongs to a "
+                          "client certificate)")
+    context = ssl.create_default_context()
+    if mqtt.ca_file is not None:
+        try:
+            context.load_verify_locations(cafile=str(mqtt.ca_file))
+        except (ssl.SSLError, ValueError) as error:
+            raise ConfigError(f"mqtt.ca_file: {mqtt.ca_file} is not a PEM certificate "
+                              f"bundle ({error})") from error
+    if mqtt.cert_file is not None:
+        try:
+            context.load_cert_chain(str(mqtt.cert_file),
+                                    str(mqtt.key_file) if mqtt.key_file else None)
+        except ssl.SSLError as error:
+            key = "mqtt.cert_file" if mqtt.key_file is None else "mqtt.cert_file/key_file"
+            raise ConfigError(f"{key}: {mqtt.cert_file} (key {mqtt.key_file or 'in it'}) "
+                              f"cannot be loaded: not PEM, or the key does not fit the "
+                              f"certificate ({error})") from error
 
 
 def require_readable_file(path: pathlib.Path, key: str) -> None:

@@ -61,3 +61,24 @@ def test_ranges_are_inclusive_and_typed() -> None:
                                       "--pace", "0", "--noise-rate", "1"])
     assert (args.decks, args.seed, args.pace, args.noise_rate) == (12, 0, 0.0, 1.0)
     assert isinstance(args.decks, int) and isinstance(args.pace, float)
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["tail", "--table", "T01", "--from-seq", "-5"], "--from-seq"),
+    (["tail", "--table", "T01", "--grace", "-3"], "--grace"),
+    (["tail", "--table", "T01", "--grace", "nan"], "--grace"),
+    (["tail", "--table", "a/b"], "--table"),
+    (["tail", "--table", "#"], "--table"),
+    (["roads", "--timeout", "-1"], "--timeout"),
+    (["roads", "--timeout", "nan"], "--timeout"),
+    (["sink", "--postgres", "x", "--tables", "T01,a+b"], "--tables"),
+])
+def test_feed_and_board_options_are_checked(argv: list[str], named: str,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    from shoed.cli import main
+
+    with pytest.raises(SystemExit) as leaving:
+        main(argv)
+    assert leaving.value.code == 2
+    err = capsys.readouterr().err
+    assert named in err and "Traceback" not in err, err

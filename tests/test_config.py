@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 import stat
+import subprocess
 
 import pytest
 from hypothesis import given, settings
@@ -217,15 +219,59 @@ def test_mqtt_files_must_exist_and_be_readable(
     assert f"mqtt.{key}: " in err and str(target) in err and expected in err
 
 
-def test_readable_tls_files_pass(tmp_path: pathlib.Path) -> None:
-    files = {}
-    for key in ("ca_file", "cert_file", "key_file"):
-        files[key] = tmp_path / f"{key}.pem"
-        files[key].write_text("-----BEGIN CERTIFICATE-----\n")
-        files[key].chmod(0o640)
-    body = "".join(f'{key} = "{file}"\n' for key, file in files.items())
+def _pki(directory: pathlib.Path) -> dict[str, pathlib.Path]:
+    """A real CA, and a client certificate with its key, made by openssl."""
+    def run(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=directory)
+
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=ca",
+        "-addext", "basicConstraints=critical,CA:TRUE", "-keyout", "ca.key", "-out", "ca.pem")
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=c",
+        "-keyout", "client.key", "-out", "client.pem")
+    run("genrsa", "-out", "other.key", "2048")
+    files = {"ca_file": directory / "ca.pem", "cert_file": directory / "client.pem",
+             "key_file": directory / "client.key", "other_key": directory / "other.key"}
+    for file in files.values():
+        file.chmod(0o640)
+    return files
+
+
+def test_loadable_tls_files_pass(tmp_path: pathlib.Path) -> None:
+    files = _pki(tmp_path)
+    body = "".join(f'{key} = "{files[key]}"\n' for key in ("ca_file", "cert_file", "key_file"))
     settings = load_settings(write(tmp_path, f'[mqtt]\nurl = "mqtts://127.0.0.1"\n{body}'))
     assert settings.mqtt.ca_file == files["ca_file"]
+
+
+@pytest.mark.parametrize("case, expected", [
+    ("ca_not_pem", "mqtt.ca_file: .* is not a PEM certificate bundle"),
+    ("cert_not_pem", "mqtt.cert_file/key_file: .* cannot be loaded"),
+    ("key_mismatch", "mqtt.cert_file/key_file: .* the key does not fit"),
+    ("plain_url", r"mqtt.ca_file: set, but mqtt.url is 'mqtt://127.0.0.1'"),
+    ("key_alone", "mqtt.key_file: set without mqtt.cert_file"),
+])
+def test_tls_files_that_cannot_be_used_are_named(
+        tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], case: str,
+        expected: str) -> None:
+    files = _pki(tmp_path)
+    garbage = tmp_path / "garbage.pem"
+    garbage.write_text("not a certificate\n")
+    garbage.chmod(0o640)
+    url, chosen = "mqtts://127.0.0.1", dict(files)
+    chosen.pop("other_key")
+    if case == "ca_not_pem":
+        chosen["ca_file"] = garbage
+    elif case == "cert_not_pem":
+        chosen["cert_file"] = garbage
+    elif case == "key_mismatch":
+        chosen["key_file"] = files["other_key"]
+    elif case == "plain_url":
+        url = "mqtt://127.0.0.1"
+    else:
+        chosen.pop("cert_file")
+    body = "".join(f'{key} = "{file}"\n' for key, file in chosen.items())
+    assert main(["check-config", str(write(tmp_path, f'[mqtt]\nurl = "{url}"\n{body}'))]) == 2
+    assert re.search(expected, capsys.readouterr().err)
 
 
 @pytest.mark.parametrize("problem", ["missing", "directory", "unreadable"])
