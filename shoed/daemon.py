@@ -69,7 +69,7 @@ class Daemon:
         self.session = DeviceSession(self.settings, self.recorder, self.status, self.log,
                                      transport_factory=self._transport_factory,
                                      manifest=self.manifest)
-        self.desk = CommandDesk(self.recorder, self.log)
+        self.desk = CommandDesk(self.recorder, self.log, self.settings)
         self.mqtt = MqttService(self.settings, self.outbox, self.status, self.desk,
                                 self.recorder.engine.public_state,
                                 {"status": self.status.payload,

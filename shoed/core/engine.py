@@ -326,7 +326,7 @@ class Engine:
         if isinstance(inp, DeviceItem):
             self._on_item(inp)
         elif isinstance(inp, CommandInput):
-            self._on_command(inp.command)
+            self._on_command(inp.command, inp.authenticated_as)
         elif isinstance(inp, DeviceHello):
             self._on_hello(inp)
         elif isinstance(inp, DeviceShoeLoaded):
@@ -945,7 +945,7 @@ class Engine:
 
     # -- commands -------------------------------------------------------------------------
 
-    def _on_command(self, command: cmd.Command) -> None:
+    def _on_command(self, command: cmd.Command, authenticated_as: str) -> None:
         if self._state.storage_failed:
             raise Refused("storage_failed", "the journal cannot be written; commands wait")
         handler = COMMAND_HANDLERS.get(command.command)
@@ -958,11 +958,12 @@ class Engine:
             detail = command.model_dump(exclude={"request_id", "operator", "command"})
             self._emit(ev.SupervisorAction, command=command.command,
                        operator=command.operator, request_id=command.request_id,
-                       detail=detail)
+                       detail=detail, authenticated_as=authenticated_as)
             shoe = self._state.shoe
             if shoe is not None and shoe.hand is not None:
                 shoe.hand.actions.append({"command": command.command,
                                           "operator": command.operator,
+                                          "authenticated_as": authenticated_as,
                                           "request_id": command.request_id, **detail})
 
     def _shoe_in_play(self) -> ShoeState:

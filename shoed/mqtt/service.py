@@ -26,10 +26,14 @@ from collections.abc import Callable
 from typing import Any
 
 import aiomqtt
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from shoed.aio import Wakeup, clear_stray_cancel
 from shoed.config import Settings
-from shoed.desk import CommandDesk
+from shoed.core.commands import ANONYMOUS
+from shoed.desk import Answer, CommandDesk, Incoming, ReplayPage
 from shoed.errors import BrokerError, NotABroker
 from shoed.mqtt.claim import RootTaken, check_root
 from shoed.mqtt.writes import send_when_queued
@@ -42,6 +46,28 @@ IDLE_WAKE_S = 5.0  # the publisher looks at the outbox at least this often
 CONNECT_TIMEOUT_S = 5.0  # no CONNACK by then: whatever answers is not a usable broker
 BACKOFF_S = (0.5, 10.0)  # first and longest wait between connection attempts
 CONFLICT_BACKOFF_S = 10.0  # another daemon holds the root: look again this much later
+SESSION_EXPIRY_S = 86400  # the broker keeps our session (and queues commands) this long
+REPLAY_WINDOW = 4  # replayed events in flight per replay: a live event waits behind few
+REPLAYS_AT_ONCE = 2  # replays re-sent at the same time; more wait their turn
+
+
+class StampedQueue(asyncio.Queue[aiomqtt.Message]):
+    """aiomqtt's incoming queue, noting when each message reached the daemon (the time a
+    command then waits inside it counts against its MQTT 5 message expiry)."""
+
+    def put_nowait(self, item: aiomqtt.Message) -> None:
+        item.arrived = time.monotonic()  # type: ignore[attr-defined]
+        super().put_nowait(item)
+
+
+def publish_properties(content_type: str = "application/json",
+                       correlation: bytes | None = None) -> Properties:
+    props = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
+    props.ContentType = content_type
+    props.PayloadFormatIndicator = 1  # UTF-8 text
+    if correlation is not None:
+        props.CorrelationData = correlation
+    return props
 
 
 class MqttService:
@@ -64,6 +90,13 @@ class MqttService:
         self._outbox_wake = Wakeup()
         self._status_wake = Wakeup()
         self._state_seq: int | None = None
+        self.v5 = settings.mqtt.protocol == "5"
+        # Made once: every publish under MQTT 5 carries them (no cost per card).
+        self._props: Properties | None = publish_properties() if self.v5 else None
+        self._connack: Any = None  # CONNACK properties (MQTT 5)
+        self.session_present: bool | None = None
+        self._replays: set[asyncio.Task[None]] = set()
+        self._replay_turns = asyncio.Semaphore(REPLAYS_AT_ONCE)
         outbox.on_ready = self._outbox_wake.set
         status.on_change(self._status_wake.set)
 
@@ -82,7 +115,17 @@ class MqttService:
             # Command answers can go out while an event awaits its PUBACK: without
             # TCP_NODELAY, Nagle would hold one until the broker's TCP ACK (tens of ms).
             "socket_options": [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
+            # A persistent session: commands sent while the daemon is down or reconnecting
+            # are queued by the broker and delivered when it is back (docs/install.md).
+            "queue_type": StampedQueue,
         }
+        if mqtt.protocol == "5":
+            args["clean_start"] = False
+            connect = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
+            connect.SessionExpiryInterval = SESSION_EXPIRY_S
+            args["properties"] = connect
+        else:
+            args["clean_session"] = False
         if mqtt.username:
             args["username"] = mqtt.username
         if mqtt.password_file:
@@ -153,6 +196,7 @@ class MqttService:
                                  run_id=self.status.run_id)
                 self.status.set(conflict=None)
             client = aiomqtt.Client(**args)
+            self._watch_connack(client)
             await client.__aenter__()
         except aiomqtt.MqttCodeError:
             raise  # a broker that answered and refused (credentials, ACL, protocol)
@@ -170,8 +214,18 @@ class MqttService:
         self.connects += 1
         self.status.set(mqtt_connected=True, mqtt_error=None,
                         online_since=self.status.online_since or time.time())
-        self.log.info("mqtt_connected", url=self.url, root=self.root)
-        await client.subscribe(f"{self.root}/cmd", qos=1)
+        limit = getattr(self._connack, "MaximumPacketSize", None) if self.v5 else None
+        self.desk.max_packet = int(limit or self.settings.commands.max_packet_size)
+        self.log.info("mqtt_connected", url=self.url, root=self.root,
+                      session_present=self.session_present, max_packet=self.desk.max_packet)
+        # Retain As Published: a retained command shows its flag (and is never applied).
+        options = SubscribeOptions(qos=1, retainAsPublished=True, retainHandling=1) \
+            if self.v5 else None
+        for topic in (f"{self.root}/cmd", f"{self.root}/cmd/by/+"):
+            if options is not None:
+                await client.subscribe(topic, options=options)
+            else:
+                await client.subscribe(topic, qos=1)
         await self.publish_retained(client)
         parts = {asyncio.create_task(coro, name=f"mqtt.{name}") for name, coro in (
             ("publisher", self._publisher(client)), ("listener", self._listener(client)),
@@ -187,12 +241,31 @@ class MqttService:
                 if ended:
                     raise ended[0]
         finally:
+            pending |= self._replays
+            self._replays = set()
             for task in pending:
                 task.cancel()
             if pending:
                 await asyncio.wait(pending)
                 for task in pending:
                     _outcome(task)  # retrieved: nothing is left for asyncio to report
+
+    def _watch_connack(self, client: aiomqtt.Client) -> None:
+        """Keep the CONNACK's session-present flag and properties (aiomqtt drops them)."""
+        paho = client._client
+        inner: Any = paho.on_connect
+
+        def on_connect(c: Any, userdata: Any, flags: Any, reason: Any,
+                       properties: Any = None) -> None:
+            self.session_present = bool(getattr(flags, "session_present", False))
+            self._connack = properties
+            inner(c, userdata, flags, reason, properties)
+
+        paho.on_connect = on_connect
+        # A command is acknowledged to the broker only once answered: one that was in
+        # the daemon's hands when it stopped is delivered again (and answered from the
+        # (sender, request_id) memory if it had been).
+        paho.manual_ack_set(True)
 
     def _not_a_broker(self, error: aiomqtt.MqttError, timeout: float) -> Exception:
         """What a failed connect means: unreachable (the socket's error), or something
@@ -221,7 +294,8 @@ class MqttService:
             last: int | None = None
             try:
                 for seq, body in rows:
-                    await client.publish(topic, body, qos=1, timeout=timeout)
+                    await client.publish(topic, body, qos=1, timeout=timeout,
+                                         properties=self._props)
                     last = seq
             finally:
                 # Mark what got its PUBACK, also when the connection broke mid-batch.
@@ -233,12 +307,14 @@ class MqttService:
     async def _publish_state(self, client: aiomqtt.Client) -> None:
         state = self.state()
         if state.get("seq") != self._state_seq:
-            await client.publish(f"{self.root}/state", json.dumps(state), qos=1, retain=True)
+            await client.publish(f"{self.root}/state", json.dumps(state), qos=1, retain=True,
+                                 properties=self._props)
             self._state_seq = state.get("seq")
 
     async def publish_retained(self, client: aiomqtt.Client) -> None:
         for leaf, body in self.retained.items():
-            await client.publish(f"{self.root}/{leaf}", json.dumps(body()), qos=1, retain=True)
+            await client.publish(f"{self.root}/{leaf}", json.dumps(body()), qos=1, retain=True,
+                                 properties=self._props)
         self._state_seq = None
         await self._publish_state(client)
 
@@ -254,18 +330,87 @@ class MqttService:
             await self._status_wake.wait(RETAINED_EVERY_S)
             for leaf, body in self.retained.items():
                 await client.publish(f"{self.root}/{leaf}", json.dumps(body()), qos=1,
-                                     retain=True)
+                                     retain=True, properties=self._props)
             self._alive()
 
+    def sender_of(self, topic: str) -> str | None:
+        """The command topic's sender: a user of `cmd/by/{user}`, anonymous on `cmd`."""
+        if topic == f"{self.root}/cmd":
+            return ANONYMOUS
+        prefix = f"{self.root}/cmd/by/"
+        if topic.startswith(prefix) and "/" not in topic[len(prefix):] and \
+                len(topic) > len(prefix):
+            return topic[len(prefix):]
+        return None
+
+    def answer_topic(self, sender: str, asked: str | None) -> str:
+        """Where an answer goes: the sender's own answer topic, or the MQTT 5 response
+        topic the client set when it lies within that topic (anything else would let a
+        client make the daemon publish, say, a fake event under its root)."""
+        own = f"{self.root}/cmd/response" + ("" if sender == ANONYMOUS else f"/{sender}")
+        if asked and (asked == own or (sender != ANONYMOUS and asked.startswith(own + "/"))):
+            return asked
+        return own
+
     async def _listener(self, client: aiomqtt.Client) -> None:
+        loop = asyncio.get_running_loop()
         async for message in client.messages:
-            if message.topic.matches(f"{self.root}/cmd"):
-                payload = message.payload if isinstance(message.payload, bytes | str) else b""
-                answer = self.desk.handle(payload)
-                for body in answer.replay:
-                    await client.publish(f"{self.root}/replay", body, qos=1)
-                await client.publish(f"{self.root}/cmd/response", json.dumps(answer.body),
-                                     qos=1)
+            sender = self.sender_of(str(message.topic))
+            if sender is None:
+                self._ack(client, message)
+                continue
+            payload = message.payload if isinstance(message.payload, bytes | str) else b""
+            props = message.properties
+            expiry = getattr(props, "MessageExpiryInterval", None) if self.v5 else None
+            arrived = getattr(message, "arrived", None)
+            waited = max(0.0, time.monotonic() - arrived) if arrived is not None else 0.0
+            answer = self.desk.handle(Incoming(payload, sender, bool(message.retain),
+                                               float(expiry) if expiry is not None else None,
+                                               waited))
+            asked = getattr(props, "ResponseTopic", None) if self.v5 else None
+            correlation = getattr(props, "CorrelationData", None) if self.v5 else None
+            topic = self.answer_topic(sender, asked)
+            if asked and topic != asked:
+                self.log.warning("response_topic_refused", sender=sender, asked=asked,
+                                 used=topic)
+            answer_props = self._props if correlation is None or not self.v5 else \
+                publish_properties(correlation=bytes(correlation))
+            if answer.replay is not None and answer.body is not None:
+                task = loop.create_task(self._send_replay(client, answer, topic, answer_props,
+                                                          message), name="mqtt.replay")
+                self._replays.add(task)
+                task.add_done_callback(self._replay_done)
+                continue
+            if answer.body is not None:
+                await client.publish(topic, json.dumps(answer.body), qos=1,
+                                     properties=answer_props)
+            self._ack(client, message)
+            self._alive()
+
+    def _ack(self, client: aiomqtt.Client, message: aiomqtt.Message) -> None:
+        if message.qos > 0:
+            client._client.ack(message.mid, message.qos)
+
+    async def _send_replay(self, client: aiomqtt.Client, answer: Answer, topic: str,
+                           props: Properties | None, message: aiomqtt.Message) -> None:
+        """A replay's events on `{root}/replay`, then its answer: from their own task, a
+        few in flight at a time, so the live publisher's events interleave with them."""
+        page: ReplayPage | None = answer.replay
+        assert page is not None
+        async with self._replay_turns:
+            for chunk in self.desk.replay_chunks(page):
+                for start in range(0, len(chunk), REPLAY_WINDOW):
+                    await asyncio.gather(*(
+                        client.publish(f"{self.root}/replay", body, qos=1,
+                                       properties=self._props)
+                        for body in chunk[start:start + REPLAY_WINDOW]))
+        await client.publish(topic, json.dumps(answer.body), qos=1, properties=props)
+        self._ack(client, message)
+
+    def _replay_done(self, task: asyncio.Task[None]) -> None:
+        self._replays.discard(task)
+        if not task.cancelled() and (error := task.exception()) is not None:
+            self.log.error("replay_failed", error=f"{type(error).__name__}: {error}")
 
     # -- stopping -----------------------------------------------------------------------
 
@@ -284,7 +429,8 @@ class MqttService:
         if client is not None:
             with contextlib.suppress(Exception):
                 await client.publish(f"{self.root}/status", json.dumps({"online": False}),
-                                     qos=1, retain=True, timeout=max(left, 0.1))
+                                     qos=1, retain=True, timeout=max(left, 0.1),
+                                     properties=self._props)
 
 
 def _outcome(task: asyncio.Task[None]) -> BaseException:
