@@ -22,7 +22,7 @@ import json
 import socket
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiomqtt
@@ -49,6 +49,9 @@ CONFLICT_BACKOFF_S = 10.0  # another daemon holds the root: look again this much
 SESSION_EXPIRY_S = 86400  # the broker keeps our session (and queues commands) this long
 REPLAY_WINDOW = 4  # replayed events in flight per replay: a live event waits behind few
 REPLAYS_AT_ONCE = 2  # replays re-sent at the same time; more wait their turn
+#: Awaited before each command is handled (empty in the product; the tests put a delay
+#: here to make a command wait inside the daemon, as a busy daemon would).
+LISTENER_HOOKS: list[Callable[[], Awaitable[None]]] = []
 
 
 class StampedQueue(asyncio.Queue[aiomqtt.Message]):
@@ -359,6 +362,8 @@ class MqttService:
             if sender is None:
                 self._ack(client, message)
                 continue
+            for hook in LISTENER_HOOKS:
+                await hook()
             payload = message.payload if isinstance(message.payload, bytes | str) else b""
             props = message.properties
             expiry = getattr(props, "MessageExpiryInterval", None) if self.v5 else None
