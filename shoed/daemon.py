@@ -109,7 +109,8 @@ class Daemon:
             if interval and self.supervisor.healthy():
                 self.notifier.notify(WATCHDOG=1)  # from the loop, only while all is well
             self.notify_status()
-            self.recorder.housekeeping(self.settings.state.retention_days)
+            self.recorder.housekeeping(self.settings.state.retention_days,
+                                      self.settings.commands.request_id_memory_h * 3600)
 
     def request_stop(self) -> None:
         self._stop.set()

@@ -34,14 +34,11 @@ ROLES = {"pit-supervisor-1": "supervisor", "game-server-1": "game_server",
          "consumer": "auditor", "surveillance-1": "auditor"}
 
 
-@pytest.fixture(scope="module")
-def secure(tmp_path_factory: pytest.TempPathFactory):
+def start_broker(base: pathlib.Path, pki: pathlib.Path | None,
+                 persistence: bool = False) -> PrivateMosquitto:
+    """Mosquitto with the shipped ACL and a password file (TLS when `pki` is given)."""
     if shutil.which("openssl") is None or shutil.which("mosquitto_passwd") is None:
         pytest.fail("openssl and mosquitto_passwd are needed (apt-get install openssl mosquitto)")
-    base = tmp_path_factory.mktemp("cmdbroker")
-    pki = base / "pki"
-    pki.mkdir()
-    make_pki(pki)
     passwd = base / "passwd"
     for i, (user, password) in enumerate(PASSWORDS.items()):
         subprocess.run(["mosquitto_passwd", *(["-c"] if i == 0 else []), "-b", str(passwd),
@@ -49,12 +46,24 @@ def secure(tmp_path_factory: pytest.TempPathFactory):
     acl = base / "acl"
     acl.write_text((ROOT / "deploy/mosquitto/shoed.acl").read_text().replace("T01", "T9"))
     port = free_port()
-    broker = PrivateMosquitto(port=port, directory=base, extra_config=(
+    tls_lines = "" if pki is None else (f"cafile {pki / 'ca.crt'}\n"
+                                        f"certfile {pki / 'broker.crt'}\n"
+                                        f"keyfile {pki / 'broker.key'}\n")
+    broker = PrivateMosquitto(port=port, directory=base, persistence=persistence, extra_config=(
         f"per_listener_settings false\nallow_anonymous false\npassword_file {passwd}\n"
         f"acl_file {acl}\nmax_packet_size 65536\nmax_queued_messages 10000\n"
-        f"listener {port} 127.0.0.1\ncafile {pki / 'ca.crt'}\n"
-        f"certfile {pki / 'broker.crt'}\nkeyfile {pki / 'broker.key'}\n"))
+        f"listener {port} 127.0.0.1\n{tls_lines}"))
     broker.start()
+    return broker
+
+
+@pytest.fixture(scope="module")
+def secure(tmp_path_factory: pytest.TempPathFactory):
+    base = tmp_path_factory.mktemp("cmdbroker")
+    pki = base / "pki"
+    pki.mkdir()
+    make_pki(pki)
+    broker = start_broker(base, pki)
     yield broker, pki
     broker.stop()
 
@@ -62,7 +71,7 @@ def secure(tmp_path_factory: pytest.TempPathFactory):
 class User:
     """A broker user sending on its own `cmd/by/{user}` and reading its own answers."""
 
-    def __init__(self, name: str, broker: PrivateMosquitto, pki: pathlib.Path,
+    def __init__(self, name: str, broker: PrivateMosquitto, pki: pathlib.Path | None,
                  everything: bool = False) -> None:
         self.name, self.broker, self.pki, self.everything = name, broker, pki, everything
         self.answers: list[dict[str, Any]] = []
@@ -72,7 +81,8 @@ class User:
 
     async def __aenter__(self) -> User:
         self.client = aiomqtt.Client("127.0.0.1", self.broker.port, username=self.name,
-                                     password=PASSWORDS[self.name], tls_context=tls(self.pki),
+                                     password=PASSWORDS[self.name],
+                                     tls_context=tls(self.pki) if self.pki else None,
                                      protocol=aiomqtt.ProtocolVersion.V5,
                                      identifier=f"{self.name}-{uuid.uuid4().hex[:6]}")
         await self.client.__aenter__()
@@ -120,12 +130,13 @@ def cmd(request_id: str, command: str, **fields: Any) -> dict[str, Any]:
     return {"request_id": request_id, "command": command, "operator": "ANNA", **fields}
 
 
-def table(tmp_path: pathlib.Path, broker: PrivateMosquitto, pki: pathlib.Path,
+def table(tmp_path: pathlib.Path, broker: PrivateMosquitto, pki: pathlib.Path | None,
           script: Script | None = None, **sections: Any) -> Any:
     (tmp_path / "pw").write_text(PASSWORDS["table-T9"] + "\n")
-    url = type("B", (), {"url": f"mqtts://127.0.0.1:{broker.port}", "port": broker.port})()
+    scheme = "mqtts" if pki else "mqtt"
+    url = type("B", (), {"url": f"{scheme}://127.0.0.1:{broker.port}", "port": broker.port})()
     mqtt = {"username": "table-T9", "password_file": str(tmp_path / "pw"),
-            "ca_file": str(pki / "ca.crt"), "protocol": "5",
+            **({"ca_file": str(pki / "ca.crt")} if pki else {}), "protocol": "5",
             # Each test its own persistent session (the broker outlives the tests).
             "client_id": f"shoed-T9-{tmp_path.name}", **sections.pop("mqtt", {})}
     return rig(tmp_path, url, decks=1, seed=4,  # type: ignore[arg-type]
@@ -339,3 +350,33 @@ def test_a_stale_mqtt5_command_is_refused_expired(tmp_path: pathlib.Path, secure
             assert engine is not None and engine.public_state()["shoe_state"] != "shoe_voided"
 
     asyncio.run(main())
+
+
+def test_a_command_survives_a_broker_restart_under_mqtt311(tmp_path: pathlib.Path) -> None:
+    """MQTT 3.1.1 (no expiry, no properties): the persistent session (clean session off)
+    and the broker's persistence keep a command sent while the daemon was down through a
+    broker restart; answers are bounded by `commands.max_packet_size`."""
+    base = tmp_path / "broker"
+    base.mkdir()
+    broker = start_broker(base, None, persistence=True)
+    v311 = {"mqtt": {"protocol": "3.1.1"}, "commands": {"max_packet_size": 8192}}
+    try:
+        async def main() -> None:
+            async with table(tmp_path, broker, None, **v311) as r:
+                await wait_for(lambda: r.daemon.status.mqtt_connected, 15, "connected")
+                assert r.daemon.desk.max_packet == 8192
+            async with User("pit-supervisor-1", broker, None) as pit:
+                await pit.send(cmd("kept-1", "whoami"))
+            broker.stop()  # Mosquitto saves its sessions and their queues
+            broker.start()
+            async with User("pit-supervisor-1", broker, None) as pit:
+                async with table(tmp_path, broker, None, **v311) as r:
+                    await wait_for(lambda: pit.of("kept-1"), 20, "the answer after both")
+                    big = await pit.ask(cmd("rc-1", "recall", hands=100))
+                    assert (big["ok"] and len(json.dumps(big)) <= 8192) or \
+                        big["error"]["code"] == "too_large"
+                    await asyncio.sleep(0.5)
+                assert [a["result"]["role"] for a in pit.of("kept-1")] == ["supervisor"]
+        asyncio.run(main())
+    finally:
+        broker.stop()

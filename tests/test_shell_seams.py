@@ -215,3 +215,40 @@ def test_mqtt_service_publishes_the_outbox_in_order_and_answers_commands(
             assert status["run_id"] == daemon.status.run_id
         listening.cancel()
     asyncio.run(main())
+
+
+def test_recall_carries_who_sent_an_action_and_what_they_typed(tmp_path: pathlib.Path) -> None:
+    from shoed.desk import Incoming
+
+    async def main() -> None:
+        async with table(tmp_path, "whole") as (daemon, _, deal):
+            desk = daemon.desk
+            assert desk.settings is not None
+            desk.settings = desk.settings.model_copy(update={
+                "auth": desk.settings.auth.model_copy(update={"roles": {"pit-1": "supervisor"}})})
+            await deal(20)
+            hand = 1  # resolved: its record keeps the misorder, with who reported it
+            answer = desk.handle(Incoming(json.dumps({
+                "request_id": "m1", "command": "report_misorder", "operator": "ANNA",
+                "hand_no": hand, "detail": "seen"}), sender="pit-1"))
+            assert answer.body is not None and answer.body["ok"], answer.body
+            assert answer.body["authenticated_as"] == "pit-1"
+            assert answer.body["command"] == "report_misorder"
+            await deal(12)
+            recall = desk.handle(Incoming(json.dumps({
+                "request_id": "r1", "command": "recall", "operator": "x"}), sender="pit-1"))
+            assert recall.body is not None
+            record = next(h for h in recall.body["result"]["hands"] if h["hand_no"] == hand)
+            assert record["misorders"] == [{"detail": "seen", "operator": "ANNA",
+                                            "authenticated_as": "pit-1"}], record
+            voided = desk.handle(Incoming(json.dumps({
+                "request_id": "v1", "command": "void_hand", "operator": "BOB", "hand_no": hand,
+                "reason": "r"}), sender="pit-1"))
+            assert voided.body is not None and voided.body["ok"], voided.body
+            recall = desk.handle(Incoming(json.dumps({
+                "request_id": "r2", "command": "recall", "operator": "x"}), sender="pit-1"))
+            assert recall.body is not None
+            record = next(h for h in recall.body["result"]["hands"] if h["hand_no"] == hand)
+            assert record["voided"]["operator"] == "BOB"
+            assert record["voided"]["authenticated_as"] == "pit-1"
+    asyncio.run(main())

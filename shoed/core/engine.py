@@ -200,6 +200,7 @@ class Engine:
         self._state = state or EngineState(instance_id=instance_id)
         self._out = Output()
         self._at = 0.0
+        self._sender = "anonymous"  # the broker user of the command being handled
         #: Restores the state from before the latest handle(): the shell gives it to
         #: roll_back() when the journal cannot store what that input did (memory must not
         #: run ahead of disk).
@@ -949,6 +950,7 @@ class Engine:
         if self._state.storage_failed:
             raise Refused("storage_failed", "the journal cannot be written; commands wait")
         handler = COMMAND_HANDLERS.get(command.command)
+        self._sender = authenticated_as
         if handler is None:
             raise Refused("unknown_command", f"the engine does not handle {command.command}")
         result = handler(self, command)
@@ -1095,6 +1097,7 @@ class Engine:
             record = self._find_record(c.hand_no)
             if record is not None:
                 record["voided"] = {"reason": c.reason, "operator": c.operator,
+                                    "authenticated_as": self._sender,
                                     "result_withdrawn": True}
             return {"hand_no": c.hand_no, "result_withdrawn": True}
         raise Refused("unknown_hand", f"expected the hand in progress or a resolved hand of "
@@ -1169,7 +1172,8 @@ class Engine:
                         hand_no=c.hand_no)
         record = self._find_record(c.hand_no)
         if record is not None:
-            record["misorders"].append({"detail": c.detail, "operator": c.operator})
+            record["misorders"].append({"detail": c.detail, "operator": c.operator,
+                                        "authenticated_as": self._sender})
         return {}
 
     def _cmd_recall(self, c: cmd.Recall) -> dict[str, Any]:

@@ -591,9 +591,11 @@ class Journal:
         row = self._run("SELECT MIN(seq), MAX(seq) FROM events").fetchone()
         return int(row[0] or 0), int(row[1] or 0)
 
-    def prune(self, retention_days: int, now: float | None = None) -> int:
+    def prune(self, retention_days: int, now: float | None = None,
+              answers_s: float = REQUEST_MEMORY_S) -> int:
         """Drop published events past retention, and command answers past retention or
-        24 h (REQUEST_MEMORY_S), whichever is longer; the newest event always stays.
+        `answers_s` (`[commands] request_id_memory_h`, at least 24 h), whichever is longer;
+        the newest event always stays.
 
         Old means old by both clocks: the wall clock (`now`, by default the journal's)
         and the uptime accumulated across runs. A step of the wall clock either way
@@ -602,7 +604,7 @@ class Journal:
         wall = self._wall() if now is None else now
         up = self.uptime.now()
         keep = retention_days * 86400.0
-        answers = max(keep, REQUEST_MEMORY_S)
+        answers = max(keep, answers_s, REQUEST_MEMORY_S)
         with self.transaction():
             cursor = self._run("DELETE FROM events WHERE published = 1 AND created < ? "
                                "AND created_up < ? AND seq < (SELECT MAX(seq) FROM events)",

@@ -270,7 +270,7 @@ class Recorder:
 
     # -- housekeeping, stop -----------------------------------------------------------------
 
-    def housekeeping(self, retention_days: int) -> None:
+    def housekeeping(self, retention_days: int, answers_s: float = 86400.0) -> None:
         """WAL checkpoint when due (commands alone also grow it), a storage retry when
         failing (with the gate locked the shoe may send nothing for a while), and the
         hourly prune."""
@@ -282,7 +282,7 @@ class Recorder:
             self.journal.save_uptime()  # a kill -9 loses at most one interval of it
             if self._last_prune is None or time.monotonic() - self._last_prune > PRUNE_EVERY_S:
                 self._last_prune = time.monotonic()
-                pruned = self.journal.prune(retention_days)  # old by wall time AND uptime
+                pruned = self.journal.prune(retention_days, answers_s=answers_s)  # both clocks
                 self.log.info("journal_pruned", events=pruned, uptime=round(self.uptime.now()))
         except StorageError as error:
             self.log.warning("housekeeping_failed", error=str(error))
