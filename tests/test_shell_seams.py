@@ -252,3 +252,24 @@ def test_recall_carries_who_sent_an_action_and_what_they_typed(tmp_path: pathlib
             assert record["voided"]["operator"] == "BOB"
             assert record["voided"]["authenticated_as"] == "pit-1"
     asyncio.run(main())
+
+
+def test_the_sender_comes_from_the_command_topic(tmp_path: pathlib.Path) -> None:
+    async def main() -> None:
+        async with table(tmp_path, "whole") as (daemon, _, _deal):
+            mqtt = daemon.mqtt
+            assert mqtt.sender_of("shoed/T9/cmd") == "anonymous"
+            assert mqtt.sender_of("shoed/T9/cmd/by/pit-1") == "pit-1"
+            # A user called "anonymous" must not get the bare topic's role.
+            assert mqtt.sender_of("shoed/T9/cmd/by/anonymous") is None
+            assert mqtt.sender_of("shoed/T9/cmd/by/") is None
+            assert mqtt.answer_topic("pit-1", None) == "shoed/T9/cmd/response/pit-1"
+            assert mqtt.answer_topic("pit-1", "shoed/T9/cmd/response/pit-1/x") == \
+                "shoed/T9/cmd/response/pit-1/x"
+            # A response topic elsewhere (a fake event, another user's answers) is refused.
+            for elsewhere in ("shoed/T9/events", "shoed/T9/cmd/response/pit-10",
+                              "shoed/T9/cmd/response/other"):
+                assert mqtt.answer_topic("pit-1", elsewhere) == "shoed/T9/cmd/response/pit-1"
+            assert mqtt.answer_topic("anonymous", "shoed/T9/cmd/response/pit-1") == \
+                "shoed/T9/cmd/response"
+    asyncio.run(main())

@@ -341,9 +341,10 @@ class MqttService:
         if topic == f"{self.root}/cmd":
             return ANONYMOUS
         prefix = f"{self.root}/cmd/by/"
-        if topic.startswith(prefix) and "/" not in topic[len(prefix):] and \
-                len(topic) > len(prefix):
-            return topic[len(prefix):]
+        user = topic[len(prefix):] if topic.startswith(prefix) else ""
+        # A broker user named "anonymous" would take the bare topic's role: never.
+        if user and "/" not in user and user != ANONYMOUS:
+            return user
         return None
 
     def answer_topic(self, sender: str, asked: str | None) -> str:
@@ -360,6 +361,8 @@ class MqttService:
         async for message in client.messages:
             sender = self.sender_of(str(message.topic))
             if sender is None:
+                self.log.error("command_topic_refused", topic=str(message.topic),
+                               action="not answered: rename the broker user")
                 self._ack(client, message)
                 continue
             for hook in LISTENER_HOOKS:
