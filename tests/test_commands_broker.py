@@ -305,6 +305,12 @@ def test_commands_sent_while_the_daemon_is_down_and_a_flood(tmp_path: pathlib.Pa
             # The daemon is down: these wait in its session at the broker.
             await pit.send(cmd("down-1", "whoami"))
             await pit.send(cmd("down-2", "recall", hands=1))
+            # One that expires while queued: the broker drops it (never answered, never
+            # applied: docs/install.md).
+            short = Properties(PacketTypes.PUBLISH)
+            short.MessageExpiryInterval = 1
+            await pit.send(cmd("down-x", "void_shoe", reason="late"), properties=short)
+            await asyncio.sleep(1.5)
             async with table(tmp_path, broker, pki) as r:
                 await wait_for(lambda: pit.of("down-1") and pit.of("down-2"), 15,
                                "answers after the start")
@@ -315,7 +321,7 @@ def test_commands_sent_while_the_daemon_is_down_and_a_flood(tmp_path: pathlib.Pa
                 await wait_for(lambda: len(pit.answers) >= 1002, 120, "1000 answers")
                 await asyncio.sleep(0.5)
             ids = [a["request_id"] for a in pit.answers]
-            assert len(ids) == len(set(ids)) == 1002
+            assert len(ids) == len(set(ids)) == 1002 and "down-x" not in ids
             assert all(a["ok"] for a in pit.answers)
 
     asyncio.run(main())
