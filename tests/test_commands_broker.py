@@ -20,7 +20,7 @@ from paho.mqtt.properties import Properties
 from rig import rig, wait_for
 from test_broker_security import make_pki, tls
 
-from shoed.mqtt import service
+from shoed.mqtt import inbox
 from shoed.sim.broker import PrivateMosquitto, free_port
 from shoed.sim.shoe import Script
 
@@ -340,7 +340,7 @@ def test_a_stale_mqtt5_command_is_refused_expired(tmp_path: pathlib.Path, secure
         async with User("pit-supervisor-1", broker, pki) as pit, table(tmp_path, broker,
                                                                         pki) as r:
             await wait_for(lambda: r.daemon.status.mqtt_connected, 15, "connected")
-            service.LISTENER_HOOKS.append(busy)
+            inbox.LISTENER_HOOKS.append(busy)
             try:
                 props = Properties(PacketTypes.PUBLISH)
                 props.MessageExpiryInterval = 1
@@ -351,7 +351,7 @@ def test_a_stale_mqtt5_command_is_refused_expired(tmp_path: pathlib.Path, secure
                 fresh.MessageExpiryInterval = 30
                 assert (await pit.ask(cmd("new-1", "whoami"), properties=fresh))["ok"]
             finally:
-                service.LISTENER_HOOKS.remove(busy)
+                inbox.LISTENER_HOOKS.remove(busy)
             engine = r.daemon.recorder.engine
             assert engine is not None and engine.public_state()["shoe_state"] != "shoe_voided"
 

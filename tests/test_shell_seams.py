@@ -257,7 +257,7 @@ def test_recall_carries_who_sent_an_action_and_what_they_typed(tmp_path: pathlib
 def test_the_sender_comes_from_the_command_topic(tmp_path: pathlib.Path) -> None:
     async def main() -> None:
         async with table(tmp_path, "whole") as (daemon, _, _deal):
-            mqtt = daemon.mqtt
+            mqtt = daemon.mqtt.inbox
             assert mqtt.sender_of("shoed/T9/cmd") == "anonymous"
             assert mqtt.sender_of("shoed/T9/cmd/by/pit-1") == "pit-1"
             # A user called "anonymous" must not get the bare topic's role.

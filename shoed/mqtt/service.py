@@ -1,4 +1,4 @@
-"""MqttService: the connection, the publisher, the listener, the retained topics.
+"""MqttService: the connection, the publisher, the retained topics (commands: inbox.py).
 
 One connection at a time, reconnected with back-off for as long as the daemon runs. Its
 parts (publisher, listener, retained refresher) are tasks watched with ``asyncio.wait``
@@ -22,7 +22,7 @@ import json
 import socket
 import ssl
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import aiomqtt
@@ -32,10 +32,10 @@ from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from shoed.aio import Wakeup, clear_stray_cancel
 from shoed.config import Settings
-from shoed.core.commands import ANONYMOUS
-from shoed.desk import Answer, CommandDesk, Incoming, ReplayPage
+from shoed.desk import CommandDesk
 from shoed.errors import BrokerError, NotABroker
 from shoed.mqtt.claim import RootTaken, check_root
+from shoed.mqtt.inbox import Inbox, StampedQueue, publish_properties
 from shoed.mqtt.writes import send_when_queued
 from shoed.status import TableStatus
 from shoed.store.outbox import Outbox
@@ -47,30 +47,6 @@ CONNECT_TIMEOUT_S = 5.0  # no CONNACK by then: whatever answers is not a usable 
 BACKOFF_S = (0.5, 10.0)  # first and longest wait between connection attempts
 CONFLICT_BACKOFF_S = 10.0  # another daemon holds the root: look again this much later
 SESSION_EXPIRY_S = 86400  # the broker keeps our session (and queues commands) this long
-REPLAY_WINDOW = 4  # replayed events in flight per replay: a live event waits behind few
-REPLAYS_AT_ONCE = 2  # replays re-sent at the same time; more wait their turn
-#: Awaited before each command is handled (empty in the product; the tests put a delay
-#: here to make a command wait inside the daemon, as a busy daemon would).
-LISTENER_HOOKS: list[Callable[[], Awaitable[None]]] = []
-
-
-class StampedQueue(asyncio.Queue[aiomqtt.Message]):
-    """aiomqtt's incoming queue, noting when each message reached the daemon (the time a
-    command then waits inside it counts against its MQTT 5 message expiry)."""
-
-    def put_nowait(self, item: aiomqtt.Message) -> None:
-        item.arrived = time.monotonic()  # type: ignore[attr-defined]
-        super().put_nowait(item)
-
-
-def publish_properties(content_type: str = "application/json",
-                       correlation: bytes | None = None) -> Properties:
-    props = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
-    props.ContentType = content_type
-    props.PayloadFormatIndicator = 1  # UTF-8 text
-    if correlation is not None:
-        props.CorrelationData = correlation
-    return props
 
 
 class MqttService:
@@ -98,8 +74,7 @@ class MqttService:
         self._props: Properties | None = publish_properties() if self.v5 else None
         self._connack: Any = None  # CONNACK properties (MQTT 5)
         self.session_present: bool | None = None
-        self._replays: set[asyncio.Task[None]] = set()
-        self._replay_turns = asyncio.Semaphore(REPLAYS_AT_ONCE)
+        self.inbox = Inbox(self.root, desk, self._props, log, self._alive)
         outbox.on_ready = self._outbox_wake.set
         status.on_change(self._status_wake.set)
 
@@ -244,8 +219,7 @@ class MqttService:
                 if ended:
                     raise ended[0]
         finally:
-            pending |= self._replays
-            self._replays = set()
+            pending |= self.inbox.take_replays()
             for task in pending:
                 task.cancel()
             if pending:
@@ -336,89 +310,8 @@ class MqttService:
                                      retain=True, properties=self._props)
             self._alive()
 
-    def sender_of(self, topic: str) -> str | None:
-        """The command topic's sender: a user of `cmd/by/{user}`, anonymous on `cmd`."""
-        if topic == f"{self.root}/cmd":
-            return ANONYMOUS
-        prefix = f"{self.root}/cmd/by/"
-        user = topic[len(prefix):] if topic.startswith(prefix) else ""
-        # A broker user named "anonymous" would take the bare topic's role: never.
-        if user and "/" not in user and user != ANONYMOUS:
-            return user
-        return None
-
-    def answer_topic(self, sender: str, asked: str | None) -> str:
-        """Where an answer goes: the sender's own answer topic, or the MQTT 5 response
-        topic the client set when it lies within that topic (anything else would let a
-        client make the daemon publish, say, a fake event under its root)."""
-        own = f"{self.root}/cmd/response" + ("" if sender == ANONYMOUS else f"/{sender}")
-        if asked and (asked == own or (sender != ANONYMOUS and asked.startswith(own + "/"))):
-            return asked
-        return own
-
     async def _listener(self, client: aiomqtt.Client) -> None:
-        loop = asyncio.get_running_loop()
-        async for message in client.messages:
-            sender = self.sender_of(str(message.topic))
-            if sender is None:
-                self.log.error("command_topic_refused", topic=str(message.topic),
-                               action="not answered: rename the broker user")
-                self._ack(client, message)
-                continue
-            for hook in LISTENER_HOOKS:
-                await hook()
-            payload = message.payload if isinstance(message.payload, bytes | str) else b""
-            props = message.properties
-            expiry = getattr(props, "MessageExpiryInterval", None) if self.v5 else None
-            arrived = getattr(message, "arrived", None)
-            waited = max(0.0, time.monotonic() - arrived) if arrived is not None else 0.0
-            answer = self.desk.handle(Incoming(payload, sender, bool(message.retain),
-                                               float(expiry) if expiry is not None else None,
-                                               waited))
-            asked = getattr(props, "ResponseTopic", None) if self.v5 else None
-            correlation = getattr(props, "CorrelationData", None) if self.v5 else None
-            topic = self.answer_topic(sender, asked)
-            if asked and topic != asked:
-                self.log.warning("response_topic_refused", sender=sender, asked=asked,
-                                 used=topic)
-            answer_props = self._props if correlation is None or not self.v5 else \
-                publish_properties(correlation=bytes(correlation))
-            if answer.replay is not None and answer.body is not None:
-                task = loop.create_task(self._send_replay(client, answer, topic, answer_props,
-                                                          message), name="mqtt.replay")
-                self._replays.add(task)
-                task.add_done_callback(self._replay_done)
-                continue
-            if answer.body is not None:
-                await client.publish(topic, json.dumps(answer.body), qos=1,
-                                     properties=answer_props)
-            self._ack(client, message)
-            self._alive()
-
-    def _ack(self, client: aiomqtt.Client, message: aiomqtt.Message) -> None:
-        if message.qos > 0:
-            client._client.ack(message.mid, message.qos)
-
-    async def _send_replay(self, client: aiomqtt.Client, answer: Answer, topic: str,
-                           props: Properties | None, message: aiomqtt.Message) -> None:
-        """A replay's events on `{root}/replay`, then its answer: from their own task, a
-        few in flight at a time, so the live publisher's events interleave with them."""
-        page: ReplayPage | None = answer.replay
-        assert page is not None
-        async with self._replay_turns:
-            for chunk in self.desk.replay_chunks(page):
-                for start in range(0, len(chunk), REPLAY_WINDOW):
-                    await asyncio.gather(*(
-                        client.publish(f"{self.root}/replay", body, qos=1,
-                                       properties=self._props)
-                        for body in chunk[start:start + REPLAY_WINDOW]))
-        await client.publish(topic, json.dumps(answer.body), qos=1, properties=props)
-        self._ack(client, message)
-
-    def _replay_done(self, task: asyncio.Task[None]) -> None:
-        self._replays.discard(task)
-        if not task.cancelled() and (error := task.exception()) is not None:
-            self.log.error("replay_failed", error=f"{type(error).__name__}: {error}")
+        await self.inbox.listen(client)
 
     # -- stopping -----------------------------------------------------------------------
 
