@@ -305,13 +305,13 @@ def test_commands_sent_while_the_daemon_is_down_and_a_flood(tmp_path: pathlib.Pa
             # The daemon is down: these wait in its session at the broker.
             await pit.send(cmd("down-1", "whoami"))
             await pit.send(cmd("down-2", "recall", hands=1))
-            # One that expires while queued: the broker drops it (never applied; Mosquitto
-            # counts expiry in whole seconds, so one delivered at its last moment arrives
-            # with 0 s left and is refused `expired`: docs/install.md).
+            # One that expires while queued: the broker drops it, never answered or applied
+            # (Mosquitto counts expiry in whole seconds and may still deliver a message in
+            # the second after it ran out, without the property: hence 2.5 s for 1 s).
             short = Properties(PacketTypes.PUBLISH)
             short.MessageExpiryInterval = 1
             await pit.send(cmd("down-x", "void_shoe", reason="late"), properties=short)
-            await asyncio.sleep(1.5)
+            await asyncio.sleep(2.5)
             async with table(tmp_path, broker, pki) as r:
                 await wait_for(lambda: pit.of("down-1") and pit.of("down-2"), 15,
                                "answers after the start")
@@ -319,15 +319,12 @@ def test_commands_sent_while_the_daemon_is_down_and_a_flood(tmp_path: pathlib.Pa
                 # A flood: 1000 commands, each answered once.
                 for i in range(1000):
                     await pit.send(cmd(f"f-{i}", "whoami"))
-                await wait_for(lambda: len({a["request_id"] for a in pit.answers} - {"down-x"})
-                               >= 1002, 120, "1000 answers")
+                await wait_for(lambda: len(pit.answers) >= 1002, 120, "1000 answers")
                 await asyncio.sleep(0.5)
-            late = pit.of("down-x")
-            assert late == [] or [a["error"]["code"] for a in late] == ["expired"], late
-            answers = [a for a in pit.answers if a["request_id"] != "down-x"]
-            ids = [a["request_id"] for a in answers]
+            assert pit.of("down-x") == []
+            ids = [a["request_id"] for a in pit.answers]
             assert len(ids) == len(set(ids)) == 1002
-            assert all(a["ok"] for a in answers)
+            assert all(a["ok"] for a in pit.answers)
 
     asyncio.run(main())
 
