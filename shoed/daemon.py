@@ -72,7 +72,7 @@ class Daemon:
         self.session = DeviceSession(self.settings, self.recorder, self.status, self.log,
                                      transport_factory=self._transport_factory,
                                      manifest=self.manifest)
-        self.desk = CommandDesk(self.recorder, self.log)
+        self.desk = CommandDesk(self.recorder, self.log, self.settings)
         engine = self.recorder.engine
         self.mqtt = MqttService(self.settings, self.outbox, self.status, self.desk,
                                 self.recorder.engine.public_state,
@@ -114,7 +114,8 @@ class Daemon:
             if interval and self.supervisor.healthy():
                 self.notifier.notify(WATCHDOG=1)  # from the loop, only while all is well
             self.notify_status()
-            self.recorder.housekeeping(self.settings.state.retention_days)
+            self.recorder.housekeeping(self.settings.state.retention_days,
+                                      self.settings.commands.request_id_memory_h * 3600)
 
     def request_stop(self) -> None:
         self._stop.set()

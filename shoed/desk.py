@@ -1,100 +1,292 @@
-"""CommandDesk: every command from `{root}/cmd` gets exactly one answer.
+"""CommandDesk: every command gets exactly one answer, and nothing is applied twice.
 
-parse -> request_id memory (a repeated request_id gets the original answer, nothing is
-applied twice) -> commit (input, events and answer in one fsynced transaction) -> answer.
-`replay` is answered from the journal (the events go to `{root}/replay` before the
-answer); `recall` and every other command are the engine's.
+parse -> (sender, request_id) memory -> retained / expired / role -> commit (input, events
+and answer in one fsynced transaction) -> answer. The sender is the broker user of
+`{root}/cmd/by/{user}` (the broker's ACL lets each user write only their own topic), or
+`anonymous` on the bare `{root}/cmd`.
+
+The memory is the journal's `responses` table, keyed by (sender, request_id) with the
+command's fingerprint: the same key and body get the original answer again (and nothing
+is applied or re-sent, a `replay` included), the same key with another body is refused
+`request_id_conflict`. `whoami` and `replay` are answered here (`replay` reads the
+journal; the MQTT service re-sends the events from its own task), every other command is
+the engine's. Whatever goes wrong while handling one command is answered
+`internal_error`: the desk never raises.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import hashlib
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
-from shoed.core.commands import Command, CommandRejection, Replay, parse_command
+from shoed.config import Settings
+from shoed.core.commands import (
+    ANONYMOUS,
+    DEFAULT_LIMITS,
+    ROLE_COMMANDS,
+    ROLES,
+    SHELL_COMMANDS,
+    Command,
+    CommandRejection,
+    ParseLimits,
+    Replay,
+    Role,
+    fingerprint,
+    parse_command,
+)
 from shoed.core.engine import Output
 from shoed.core.inputs import CommandInput
 from shoed.device.inputs import stamp
 from shoed.store.journal import StorageError
 from shoed.store.recorder import Recorder
 
+REPLAY_CHUNK = 200  # events read from the journal at a time while a replay is re-sent
+ANSWER_OVERHEAD = 1024  # bytes of an answer's packet besides its payload (topic, properties)
+
+
+@dataclass(frozen=True)
+class Incoming:
+    """One command message as the MQTT service received it."""
+
+    payload: bytes | str
+    sender: str = ANONYMOUS  # the user of `{root}/cmd/by/{user}`, or anonymous
+    retained: bool = False  # it arrived with the retain flag (never applied)
+    expires_in: float | None = None  # MQTT 5 message expiry left when it reached the daemon
+    waited: float = 0.0  # seconds it waited inside the daemon before being handled
+
+
+@dataclass(frozen=True)
+class ReplayPage:
+    """The events one `replay` answer covers, re-sent on `{root}/replay` before it."""
+
+    from_seq: int
+    to_seq: int
+    count: int
+
 
 @dataclass
 class Answer:
-    body: dict[str, Any]  # the `{root}/cmd/response` payload
-    replay: list[str] = field(default_factory=list)  # event bodies for `{root}/replay`
+    body: dict[str, Any] | None  # the answer's payload; None: nothing to send
+    replay: ReplayPage | None = None
 
 
-def answer_body(request_id: str | None, out: Output) -> dict[str, Any]:
+def answer_body(request_id: str | None, command: str | None, sender: str,
+                out: Output) -> dict[str, Any]:
     error = None if out.error is None else {"code": out.error.code, "message": out.error.message}
-    return {"request_id": request_id, "ok": bool(out.ok), "error": error,
-            "result": out.result if out.ok else None}
+    return {"request_id": request_id, "command": command, "authenticated_as": sender,
+            "ok": bool(out.ok), "error": error, "result": out.result if out.ok else None}
 
 
-def refusal(request_id: str | None, code: str, message: str | None) -> dict[str, Any]:
-    return {"request_id": request_id, "ok": False, "error": {"code": code, "message": message},
-            "result": None}
+def refusal(request_id: str | None, code: str, message: str | None,
+            command: str | None = None, sender: str = ANONYMOUS,
+            **extra: Any) -> dict[str, Any]:
+    return {"request_id": request_id, "command": command, "authenticated_as": sender,
+            "ok": False, "error": {"code": code, "message": message, **extra}, "result": None}
+
+
+def success(request_id: str, command: str, sender: str, result: Any) -> dict[str, Any]:
+    return {"request_id": request_id, "command": command, "authenticated_as": sender,
+            "ok": True, "error": None, "result": result}
+
+
+def roles_allowing(command: str) -> list[Role]:
+    return [role for role in ROLES if command in ROLE_COMMANDS[role]]
 
 
 class CommandDesk:
-    def __init__(self, recorder: Recorder, log: Any) -> None:
+    def __init__(self, recorder: Recorder, log: Any, settings: Settings | None = None) -> None:
         self.recorder = recorder
         self.log = log
+        self.settings = settings
+        self.limits: ParseLimits = settings.commands.limits() if settings else DEFAULT_LIMITS
+        self.replay_max = settings.replay.max_events if settings else 1000
+        # The broker's maximum packet size (CONNACK under MQTT 5, [commands] under 3.1.1):
+        # the MQTT service sets it on every connect.
+        self.max_packet = settings.commands.max_packet_size if settings else 256 * 1024
         self.handled = 0
 
-    def handle(self, payload: bytes | str) -> Answer:
-        """Validate, journal and apply one command; its single answer."""
+    def role_of(self, sender: str) -> Role | None:
+        if self.settings is None:
+            return "supervisor"
+        return self.settings.role_of(sender)
+
+    def handle(self, payload: bytes | str | Incoming) -> Answer:
+        """One command's single answer (or none: a retained command answered before).
+        Never raises."""
+        incoming = payload if isinstance(payload, Incoming) else Incoming(payload)
         self.handled += 1
-        parsed = parse_command(payload)
-        if isinstance(parsed, CommandRejection):
-            self.log.warning("command_rejected", request_id=parsed.request_id,
-                             code=parsed.code, message=parsed.message)
-            return Answer(refusal(parsed.request_id, parsed.code, parsed.message))
-        command: Command = parsed
-        recorder = self.recorder
-        log = self.log.bind(request_id=command.request_id, command=command.command,
-                            operator=command.operator)
         try:
-            previous = recorder.journal.response(command.request_id)
-        except StorageError:
-            previous = None
-        if previous is not None:
+            return self._handle(incoming)
+        except Exception as error:
+            parsed = parse_command(incoming.payload, self.limits)
+            self.log.exception("command_failed", sender=incoming.sender,
+                               request_id=parsed.request_id,
+                               command=getattr(parsed, "command", None),
+                               error=f"{type(error).__name__}: {error}")
+            return Answer(refusal(parsed.request_id, "internal_error",
+                                  f"the command could not be handled ({type(error).__name__}); "
+                                  "nothing was applied unless the journal says so: see the "
+                                  "daemon's log", getattr(parsed, "command", None),
+                                  incoming.sender))
+
+    # -- the steps ------------------------------------------------------------------------
+
+    def _handle(self, incoming: Incoming) -> Answer:
+        sender = incoming.sender
+        parsed = parse_command(incoming.payload, self.limits)
+        if isinstance(parsed, CommandRejection):
+            return self._rejected(incoming, parsed)
+        command: Command = parsed
+        request_id, name = command.request_id, command.command
+        log = self.log.bind(sender=sender, request_id=request_id, command=name,
+                            operator=command.operator)
+        key = (sender, request_id, fingerprint(command))
+        found = self._remembered(sender, request_id)
+        if found is not None:
+            known, body = found
+            if incoming.retained:
+                log.info("retained_command_seen_again", action="not answered again")
+                return Answer(None)
+            if known and known != key[2]:
+                log.warning("request_id_conflict")
+                return Answer(refusal(request_id, "request_id_conflict",
+                                      f"request_id {request_id!r} was already used by {sender} "
+                                      "for a different command; use a new request_id",
+                                      name, sender))
             log.info("command_repeated")
-            return Answer(previous)
-        status = recorder.status
+            return Answer(body)
+        if incoming.retained:
+            log.warning("retained_command_ignored")
+            return self._remember(key, refusal(
+                request_id, "retained_command_ignored",
+                "the command arrived as a retained message and was not applied; publish "
+                "commands with retain off (and clear the retained message)", name, sender))
+        if incoming.expires_in is not None and incoming.waited >= incoming.expires_in:
+            log.warning("command_expired", expires_in=incoming.expires_in,
+                        waited=round(incoming.waited, 3))
+            return self._remember(key, refusal(
+                request_id, "expired",
+                f"the command's message expiry ran out: {incoming.expires_in:g} s were left "
+                f"when it reached the daemon, and it waited {incoming.waited:.3f} s there",
+                name, sender))
+        role = self.role_of(sender)
+        allowed = ROLE_COMMANDS[role] if role is not None else frozenset({"whoami"})
+        if name not in allowed:
+            needed = roles_allowing(name)
+            log.warning("command_forbidden", role=role)
+            return self._remember(key, refusal(
+                request_id, "forbidden",
+                f"{name} needs the role {' or '.join(needed)}; {sender} has "
+                + (f"the role {role}" if role else "no role ([auth] roles)"),
+                name, sender, roles=needed))
+        if name == "whoami":
+            return self._remember(key, success(request_id, name, sender, {
+                "authenticated_as": sender, "role": role, "commands": sorted(allowed)}))
+        recorder, status = self.recorder, self.recorder.status
         if not status.storage_ok and not recorder.retry():
-            return Answer(refusal(command.request_id, "storage_failed",
-                                  f"the journal cannot be written: {status.storage_error}"))
+            return Answer(refusal(request_id, "storage_failed",
+                                  f"the journal cannot be written: {status.storage_error}",
+                                  name, sender))
         if isinstance(command, Replay):
-            return self._replay(command)
-        request_id = command.request_id
-        outputs = recorder.commit([CommandInput(**stamp(recorder.uptime), command=command)],
-                                  answer=lambda out: answer_body(request_id, out))
+            return self._replay(command, key)
+        assert name not in SHELL_COMMANDS
+        outputs = recorder.commit(
+            [CommandInput(**stamp(recorder.uptime), command=command, authenticated_as=sender)],
+            answer=lambda out: self._bounded(answer_body(request_id, name, sender, out)),
+            answer_key=key)
         if outputs is None:
-            return Answer(refusal(request_id, "storage_failed", status.storage_error))
-        body = answer_body(request_id, outputs[0])
+            return Answer(refusal(request_id, "storage_failed", status.storage_error, name,
+                                  sender))
+        body = self._bounded(answer_body(request_id, name, sender, outputs[0]))
         log.info("command_answered", ok=body["ok"], error=body["error"])
         return Answer(body)
 
-    def _replay(self, command: Replay) -> Answer:
+    def _rejected(self, incoming: Incoming, parsed: CommandRejection) -> Answer:
+        sender = incoming.sender
+        self.log.warning("command_rejected", sender=sender, request_id=parsed.request_id,
+                         code=parsed.code, message=parsed.message, retained=incoming.retained)
+        if not incoming.retained:
+            return Answer(refusal(parsed.request_id, parsed.code, parsed.message,
+                                  parsed.command, sender))
+        # A retained payload that is not a command: still answered once only, remembered
+        # by its request_id or, without one, by the payload's hash.
+        payload = incoming.payload.encode() if isinstance(incoming.payload, str) \
+            else incoming.payload
+        digest = hashlib.sha256(payload).hexdigest()[:32]
+        request_id = parsed.request_id or f"retained:{digest}"
+        if self._remembered(sender, request_id) is not None:
+            return Answer(None)
+        return self._remember((sender, request_id, digest), refusal(
+            parsed.request_id, "retained_command_ignored",
+            f"a retained message is never applied (and this one is not a command: "
+            f"{parsed.message})", parsed.command, sender))
+
+    def _remembered(self, sender: str, request_id: str) -> tuple[str, dict[str, Any]] | None:
+        try:
+            return self.recorder.journal.response(sender, request_id)
+        except StorageError:
+            return None
+
+    def _remember(self, key: tuple[str, str, str], body: dict[str, Any]) -> Answer:
+        try:
+            with self.recorder.journal.transaction():
+                self.recorder.journal.add_response(*key, body)
+        except StorageError as error:
+            self.log.error("answer_not_remembered", sender=key[0], request_id=key[1],
+                           error=str(error))
+        return Answer(body)
+
+    def _bounded(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The answer, or `too_large` when it would not fit the broker's packet limit."""
+        size = len(json.dumps(body).encode())
+        limit = self.max_packet - ANSWER_OVERHEAD
+        if size <= limit:
+            return body
+        hint = " (ask for fewer `hands`)" if body.get("command") == "recall" else ""
+        return refusal(body["request_id"], "too_large",
+                       f"the answer is {size} bytes, more than the broker's maximum packet "
+                       f"size allows ({self.max_packet} bytes with {ANSWER_OVERHEAD} for the "
+                       f"packet's header){hint}", body.get("command"),
+                       body.get("authenticated_as", ANONYMOUS))
+
+    # -- replay -----------------------------------------------------------------------------
+
+    def _replay(self, command: Replay, key: tuple[str, str, str]) -> Answer:
         journal = self.recorder.journal
+        sender = key[0]
         self.recorder.write_effects()  # events still in memory belong to the range too
         first, last = journal.event_range()
-        to_seq = command.to_seq or last
-        bodies: list[str] = []
+        to_seq = min(command.to_seq or last, last)
+        page: ReplayPage | None = None
         if first == 0 or not first <= command.from_seq <= last or to_seq < command.from_seq:
             body = refusal(command.request_id, "out_of_range",
                            f"expected from_seq..to_seq within {first}..{last}, "
-                           f"got {command.from_seq}..{command.to_seq}")
+                           f"got {command.from_seq}..{command.to_seq}", "replay", sender)
         else:
-            bodies = journal.events_between(command.from_seq, to_seq)
-            body = {"request_id": command.request_id, "ok": True, "error": None,
-                    "result": {"from_seq": command.from_seq,
-                               "to_seq": command.from_seq + len(bodies) - 1,
-                               "count": len(bodies)}}
-        try:
-            with journal.transaction():
-                journal.add_response(command.request_id, body)
-        except StorageError:
-            pass
-        return Answer(body, bodies)
+            seqs = journal.seqs_between(command.from_seq, to_seq, self.replay_max + 1)
+            more = len(seqs) > self.replay_max
+            seqs = seqs[:self.replay_max]
+            if seqs:
+                page = ReplayPage(seqs[0], seqs[-1], len(seqs))
+            body = success(command.request_id, "replay", sender, {
+                "from_seq": command.from_seq,
+                "to_seq": seqs[-1] if seqs else to_seq,
+                "count": len(seqs),
+                "next_from_seq": seqs[-1] + 1 if more else None})
+        answer = self._remember(key, body)
+        answer.replay = page
+        return answer
+
+    def replay_chunks(self, page: ReplayPage) -> Iterator[list[str]]:
+        """The page's event bodies, a chunk at a time (read when the sender needs them)."""
+        journal = self.recorder.journal
+        after = page.from_seq
+        while after <= page.to_seq:
+            rows = journal.event_rows_between(after, page.to_seq, REPLAY_CHUNK)
+            if not rows:
+                return
+            yield [body for _, body in rows]
+            after = rows[-1][0] + 1

@@ -30,7 +30,7 @@ class TableProcess:
 
     def __init__(self, tmp: pathlib.Path, url: str, table: str = "T9", decks: int = 1,
                  seed: int = 5, pace: float = 0.02, shoes: int = 1, protocol: str = "5",
-                 prefix: str = "shoed") -> None:
+                 prefix: str = "shoed", roles: dict[str, str] | None = None) -> None:
         self.dir = tmp / table
         self.dir.mkdir(parents=True, exist_ok=True)
         self.table, self.decks, self.seed, self.pace, self.shoes = table, decks, seed, pace, \
@@ -44,6 +44,7 @@ class TableProcess:
             "rules": {"decks": decks},
             "state": {"dir": str(self.dir / "state")},
             "log": {"format": "json", "level": "warning"},
+            **({"auth.roles": roles} if roles else {}),
         })
         self.daemon: subprocess.Popen[bytes] | None = None
         self.simulator: subprocess.Popen[bytes] | None = None

@@ -102,21 +102,21 @@ def test_request_id_survives_a_forward_step_of_the_wall_clock(tmp_path: pathlib.
     clocks = Clocks()
     journal = clocks.open(tmp_path / "state")
     with journal.transaction():
-        journal.add_response("req-1", {"request_id": "req-1", "ok": True})
+        journal.add_response("anonymous", "req-1", "fp", {"request_id": "req-1", "ok": True})
     clocks.pass_(40.0)
     clocks.wall += step  # NTP steps the wall clock forward
     journal.prune(retention_days=1)
-    assert journal.response("req-1") == {"request_id": "req-1", "ok": True}
+    assert journal.response("anonymous", "req-1") == ("fp", {"request_id": "req-1", "ok": True})
     # ... and across a restart the memory still holds, then ends when old by both.
     journal.close()
     clocks.mono = 5.0
     journal = clocks.open(tmp_path / "state")
     clocks.pass_(DAY - 60.0)  # uptime now just under 24 h since the answer
     journal.prune(retention_days=1)
-    assert journal.response("req-1") is not None
+    assert journal.response("anonymous", "req-1") is not None
     clocks.pass_(30.0)
     journal.prune(retention_days=1)
-    assert journal.response("req-1") is None
+    assert journal.response("anonymous", "req-1") is None
     journal.close()
 
 
@@ -124,14 +124,14 @@ def test_request_id_survives_a_backward_step_of_the_wall_clock(tmp_path: pathlib
     clocks = Clocks()
     journal = clocks.open(tmp_path / "state")
     with journal.transaction():
-        journal.add_response("req-1", {"ok": True})
+        journal.add_response("anonymous", "req-1", "fp", {"ok": True})
     clocks.wall -= 2 * HOUR  # stepped back
     clocks.pass_(25 * HOUR)  # 25 h of uptime, 23 h by the wall clock
     journal.prune(retention_days=1)
-    assert journal.response("req-1") is not None
+    assert journal.response("anonymous", "req-1") is not None
     clocks.pass_(2 * HOUR)
     journal.prune(retention_days=1)
-    assert journal.response("req-1") is None
+    assert journal.response("anonymous", "req-1") is None
     journal.close()
 
 

@@ -272,10 +272,13 @@ def test_journal_of_the_first_schema_is_migrated(tmp_path: pathlib.Path) -> None
                 body TEXT NOT NULL);
             INSERT INTO meta VALUES ('instance_id', 'old1');
             INSERT INTO events VALUES (1, 'T-old1-1', 'card', 1.0, '{}', 1);
+            INSERT INTO responses VALUES ('r-1', 1.0, '{"request_id": "r-1", "ok": true}');
         """)
     journal = Journal(state)
     assert journal.instance_id == "old1" and journal.event_range() == (1, 1)
-    assert journal._conn().execute("PRAGMA user_version").fetchone()[0] == 2
+    assert journal._conn().execute("PRAGMA user_version").fetchone()[0] == 3
+    # Its answers were all from the bare topic: remembered for `anonymous`, no fingerprint.
+    assert journal.response("anonymous", "r-1") == ("", {"request_id": "r-1", "ok": True})
     journal.close()
     assert (state / "journal.id").read_text().strip() == "old1"
 

@@ -176,10 +176,12 @@ def test_desk_answers_once_per_request_id_and_refuses_what_it_cannot_read(
             replay = desk.handle(json.dumps({"request_id": "p1", "command": "replay",
                                              "operator": "x", "from_seq": 1, "to_seq": 3}))
             assert replay.body["result"]["count"] == 3
-            assert [json.loads(b)["seq"] for b in replay.replay] == [1, 2, 3]
+            assert replay.replay is not None
+            assert [json.loads(b)["seq"] for chunk in desk.replay_chunks(replay.replay)
+                    for b in chunk] == [1, 2, 3]
             out = desk.handle(json.dumps({"request_id": "p2", "command": "replay",
                                           "operator": "x", "from_seq": 10**6}))
-            assert out.body["error"]["code"] == "out_of_range" and not out.replay
+            assert out.body["error"]["code"] == "out_of_range" and out.replay is None
     asyncio.run(main())
 
 
@@ -212,4 +214,62 @@ def test_mqtt_service_publishes_the_outbox_in_order_and_answers_commands(
             assert status["device_connected"] is True and status["mqtt_connected"] is True
             assert status["run_id"] == daemon.status.run_id
         listening.cancel()
+    asyncio.run(main())
+
+
+def test_recall_carries_who_sent_an_action_and_what_they_typed(tmp_path: pathlib.Path) -> None:
+    from shoed.desk import Incoming
+
+    async def main() -> None:
+        async with table(tmp_path, "whole") as (daemon, _, deal):
+            desk = daemon.desk
+            assert desk.settings is not None
+            desk.settings = desk.settings.model_copy(update={
+                "auth": desk.settings.auth.model_copy(update={"roles": {"pit-1": "supervisor"}})})
+            await deal(20)
+            hand = 1  # resolved: its record keeps the misorder, with who reported it
+            answer = desk.handle(Incoming(json.dumps({
+                "request_id": "m1", "command": "report_misorder", "operator": "ANNA",
+                "hand_no": hand, "detail": "seen"}), sender="pit-1"))
+            assert answer.body is not None and answer.body["ok"], answer.body
+            assert answer.body["authenticated_as"] == "pit-1"
+            assert answer.body["command"] == "report_misorder"
+            await deal(12)
+            recall = desk.handle(Incoming(json.dumps({
+                "request_id": "r1", "command": "recall", "operator": "x"}), sender="pit-1"))
+            assert recall.body is not None
+            record = next(h for h in recall.body["result"]["hands"] if h["hand_no"] == hand)
+            assert record["misorders"] == [{"detail": "seen", "operator": "ANNA",
+                                            "authenticated_as": "pit-1"}], record
+            voided = desk.handle(Incoming(json.dumps({
+                "request_id": "v1", "command": "void_hand", "operator": "BOB", "hand_no": hand,
+                "reason": "r"}), sender="pit-1"))
+            assert voided.body is not None and voided.body["ok"], voided.body
+            recall = desk.handle(Incoming(json.dumps({
+                "request_id": "r2", "command": "recall", "operator": "x"}), sender="pit-1"))
+            assert recall.body is not None
+            record = next(h for h in recall.body["result"]["hands"] if h["hand_no"] == hand)
+            assert record["voided"]["operator"] == "BOB"
+            assert record["voided"]["authenticated_as"] == "pit-1"
+    asyncio.run(main())
+
+
+def test_the_sender_comes_from_the_command_topic(tmp_path: pathlib.Path) -> None:
+    async def main() -> None:
+        async with table(tmp_path, "whole") as (daemon, _, _deal):
+            mqtt = daemon.mqtt.inbox
+            assert mqtt.sender_of("shoed/T9/cmd") == "anonymous"
+            assert mqtt.sender_of("shoed/T9/cmd/by/pit-1") == "pit-1"
+            # A user called "anonymous" must not get the bare topic's role.
+            assert mqtt.sender_of("shoed/T9/cmd/by/anonymous") is None
+            assert mqtt.sender_of("shoed/T9/cmd/by/") is None
+            assert mqtt.answer_topic("pit-1", None) == "shoed/T9/cmd/response/pit-1"
+            assert mqtt.answer_topic("pit-1", "shoed/T9/cmd/response/pit-1/x") == \
+                "shoed/T9/cmd/response/pit-1/x"
+            # A response topic elsewhere (a fake event, another user's answers) is refused.
+            for elsewhere in ("shoed/T9/events", "shoed/T9/cmd/response/pit-10",
+                              "shoed/T9/cmd/response/other"):
+                assert mqtt.answer_topic("pit-1", elsewhere) == "shoed/T9/cmd/response/pit-1"
+            assert mqtt.answer_topic("anonymous", "shoed/T9/cmd/response/pit-1") == \
+                "shoed/T9/cmd/response"
     asyncio.run(main())

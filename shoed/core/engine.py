@@ -233,6 +233,7 @@ class Engine:
         self._feed_for: RoadsState | None = None
         if state is not None and "roads" not in state.model_fields_set:
             self._roads_from_records()  # a snapshot from before the roads were kept
+        self._sender = "anonymous"  # the broker user of the command being handled
         #: Restores the state from before the latest handle(): the shell gives it to
         #: roll_back() when the journal cannot store what that input did (memory must not
         #: run ahead of disk).
@@ -414,7 +415,7 @@ class Engine:
         if isinstance(inp, DeviceItem):
             self._on_item(inp)
         elif isinstance(inp, CommandInput):
-            self._on_command(inp.command)
+            self._on_command(inp.command, inp.authenticated_as)
         elif isinstance(inp, DeviceHello):
             self._on_hello(inp)
         elif isinstance(inp, DeviceShoeLoaded):
@@ -1112,10 +1113,11 @@ class Engine:
 
     # -- commands -------------------------------------------------------------------------
 
-    def _on_command(self, command: cmd.Command) -> None:
+    def _on_command(self, command: cmd.Command, authenticated_as: str) -> None:
         if self._state.storage_failed:
             raise Refused("storage_failed", "the journal cannot be written; commands wait")
         handler = COMMAND_HANDLERS.get(command.command)
+        self._sender = authenticated_as
         if handler is None:
             raise Refused("unknown_command", f"the engine does not handle {command.command}")
         result = handler(self, command)
@@ -1125,11 +1127,12 @@ class Engine:
             detail = command.model_dump(exclude={"request_id", "operator", "command"})
             self._emit(ev.SupervisorAction, command=command.command,
                        operator=command.operator, request_id=command.request_id,
-                       detail=detail)
+                       detail=detail, authenticated_as=authenticated_as)
             shoe = self._state.shoe
             if shoe is not None and shoe.hand is not None:
                 shoe.hand.actions.append({"command": command.command,
                                           "operator": command.operator,
+                                          "authenticated_as": authenticated_as,
                                           "request_id": command.request_id, **detail})
 
     def _shoe_in_play(self) -> ShoeState:
@@ -1263,6 +1266,7 @@ class Engine:
             record = self._find_record(c.hand_no)
             if record is not None:
                 record["voided"] = {"reason": c.reason, "operator": c.operator,
+                                    "authenticated_as": self._sender,
                                     "result_withdrawn": True}
             return {"hand_no": c.hand_no, "result_withdrawn": True}
         raise Refused("unknown_hand", f"expected the hand in progress or a resolved hand of "
@@ -1337,7 +1341,8 @@ class Engine:
                         hand_no=c.hand_no)
         record = self._find_record(c.hand_no)
         if record is not None:
-            record["misorders"].append({"detail": c.detail, "operator": c.operator})
+            record["misorders"].append({"detail": c.detail, "operator": c.operator,
+                                        "authenticated_as": self._sender})
         return {}
 
     def _cmd_recall(self, c: cmd.Recall) -> dict[str, Any]:

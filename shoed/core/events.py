@@ -136,6 +136,7 @@ class SupervisorAction(EventBase):
     operator: str
     request_id: str
     detail: dict[str, Any] = Field(default_factory=dict)
+    authenticated_as: str = "anonymous"  # the broker user; `operator` is what they typed
 
 
 class ShoeReport(EventBase):

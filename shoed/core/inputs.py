@@ -96,6 +96,9 @@ class Tick(InputBase):
 class CommandInput(InputBase):
     kind: Literal["command"] = "command"
     command: Command
+    # The broker user it came from (`{root}/cmd/by/{user}`), or "anonymous" on the bare
+    # `{root}/cmd`; inputs journalled before it existed read as anonymous.
+    authenticated_as: str = "anonymous"
 
 
 Input = Annotated[

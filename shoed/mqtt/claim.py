@@ -33,7 +33,10 @@ class RootTaken(BrokerError):
 async def check_root(args: dict[str, Any], root: str, run_id: str,
                      online_since: float | None) -> None:
     """Raise RootTaken when another live daemon holds `root`."""
-    probe_args = {k: v for k, v in args.items() if k != "will"}
+    # A clean, short-lived session: the daemon's own persistent one stays untouched.
+    probe_args = {k: v for k, v in args.items()
+                  if k not in ("will", "clean_start", "clean_session", "properties",
+                               "queue_type")}
     probe_args["identifier"] = f"{args['identifier']}-probe-{run_id}"
     body: dict[str, Any] = {}
     async with aiomqtt.Client(**probe_args) as probe:

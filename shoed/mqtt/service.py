@@ -1,4 +1,4 @@
-"""MqttService: the connection, the publisher, the listener, the retained topics.
+"""MqttService: the connection, the publisher, the retained topics (commands: inbox.py).
 
 One connection at a time, reconnected with back-off for as long as the daemon runs. Its
 parts (publisher, listener, retained refresher) are tasks watched with ``asyncio.wait``
@@ -26,12 +26,16 @@ from collections.abc import Callable
 from typing import Any
 
 import aiomqtt
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from shoed.aio import Wakeup, clear_stray_cancel
 from shoed.config import Settings
 from shoed.desk import CommandDesk
 from shoed.errors import BrokerError, NotABroker
 from shoed.mqtt.claim import RootTaken, check_root
+from shoed.mqtt.inbox import Inbox, StampedQueue, publish_properties
 from shoed.mqtt.writes import send_when_queued
 from shoed.status import TableStatus
 from shoed.store.outbox import Outbox
@@ -42,6 +46,7 @@ IDLE_WAKE_S = 5.0  # the publisher looks at the outbox at least this often
 CONNECT_TIMEOUT_S = 5.0  # no CONNACK by then: whatever answers is not a usable broker
 BACKOFF_S = (0.5, 10.0)  # first and longest wait between connection attempts
 CONFLICT_BACKOFF_S = 10.0  # another daemon holds the root: look again this much later
+SESSION_EXPIRY_S = 86400  # the broker keeps our session (and queues commands) this long
 
 
 class MqttService:
@@ -69,6 +74,12 @@ class MqttService:
         self._outbox_wake = Wakeup()
         self._status_wake = Wakeup()
         self._state_seq: int | None = None
+        self.v5 = settings.mqtt.protocol == "5"
+        # Made once: every publish under MQTT 5 carries them (no cost per card).
+        self._props: Properties | None = publish_properties() if self.v5 else None
+        self._connack: Any = None  # CONNACK properties (MQTT 5)
+        self.session_present: bool | None = None
+        self.inbox = Inbox(self.root, desk, self._props, log, self._alive)
         outbox.on_ready = self._outbox_wake.set
         status.on_change(self._status_wake.set)
 
@@ -87,7 +98,17 @@ class MqttService:
             # Command answers can go out while an event awaits its PUBACK: without
             # TCP_NODELAY, Nagle would hold one until the broker's TCP ACK (tens of ms).
             "socket_options": [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
+            # A persistent session: commands sent while the daemon is down or reconnecting
+            # are queued by the broker and delivered when it is back (docs/install.md).
+            "queue_type": StampedQueue,
         }
+        if mqtt.protocol == "5":
+            args["clean_start"] = False
+            connect = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
+            connect.SessionExpiryInterval = SESSION_EXPIRY_S
+            args["properties"] = connect
+        else:
+            args["clean_session"] = False
         if mqtt.username:
             args["username"] = mqtt.username
         if mqtt.password_file:
@@ -158,6 +179,7 @@ class MqttService:
                                  run_id=self.status.run_id)
                 self.status.set(conflict=None)
             client = aiomqtt.Client(**args)
+            self._watch_connack(client)
             await client.__aenter__()
         except aiomqtt.MqttCodeError:
             raise  # a broker that answered and refused (credentials, ACL, protocol)
@@ -175,8 +197,18 @@ class MqttService:
         self.connects += 1
         self.status.set(mqtt_connected=True, mqtt_error=None,
                         online_since=self.status.online_since or time.time())
-        self.log.info("mqtt_connected", url=self.url, root=self.root)
-        await client.subscribe(f"{self.root}/cmd", qos=1)
+        limit = getattr(self._connack, "MaximumPacketSize", None) if self.v5 else None
+        self.desk.max_packet = int(limit or self.settings.commands.max_packet_size)
+        self.log.info("mqtt_connected", url=self.url, root=self.root,
+                      session_present=self.session_present, max_packet=self.desk.max_packet)
+        # Retain As Published: a retained command shows its flag (and is never applied).
+        options = SubscribeOptions(qos=1, retainAsPublished=True, retainHandling=1) \
+            if self.v5 else None
+        for topic in (f"{self.root}/cmd", f"{self.root}/cmd/by/+"):
+            if options is not None:
+                await client.subscribe(topic, options=options)
+            else:
+                await client.subscribe(topic, qos=1)
         await self.publish_retained(client)
         parts = {asyncio.create_task(coro, name=f"mqtt.{name}") for name, coro in (
             ("publisher", self._publisher(client)), ("listener", self._listener(client)),
@@ -192,12 +224,30 @@ class MqttService:
                 if ended:
                     raise ended[0]
         finally:
+            pending |= self.inbox.take_replays()
             for task in pending:
                 task.cancel()
             if pending:
                 await asyncio.wait(pending)
                 for task in pending:
                     _outcome(task)  # retrieved: nothing is left for asyncio to report
+
+    def _watch_connack(self, client: aiomqtt.Client) -> None:
+        """Keep the CONNACK's session-present flag and properties (aiomqtt drops them)."""
+        paho = client._client
+        inner: Any = paho.on_connect
+
+        def on_connect(c: Any, userdata: Any, flags: Any, reason: Any,
+                       properties: Any = None) -> None:
+            self.session_present = bool(getattr(flags, "session_present", False))
+            self._connack = properties
+            inner(c, userdata, flags, reason, properties)
+
+        paho.on_connect = on_connect
+        # A command is acknowledged to the broker only once answered: one that was in
+        # the daemon's hands when it stopped is delivered again (and answered from the
+        # (sender, request_id) memory if it had been).
+        paho.manual_ack_set(True)
 
     def _not_a_broker(self, error: aiomqtt.MqttError, timeout: float) -> Exception:
         """What a failed connect means: unreachable (the socket's error), or something
@@ -226,7 +276,8 @@ class MqttService:
             last: int | None = None
             try:
                 for seq, body in rows:
-                    await client.publish(topic, body, qos=1, timeout=timeout)
+                    await client.publish(topic, body, qos=1, timeout=timeout,
+                                         properties=self._props)
                     last = seq
             finally:
                 # Mark what got its PUBACK, also when the connection broke mid-batch.
@@ -235,24 +286,32 @@ class MqttService:
                     self.status.last_publish = outbox.last_publish
             await self._publish_state(client)
 
+    def _reflected(self, seq: int | None) -> bool:
+        """Every event up to `seq` has its PUBACK (a snapshot never goes before its events,
+        mqtt-api.md section 1: after a reconnect with a backlog it waits for the publisher)."""
+        outbox = self.outbox
+        return seq is None or seq <= outbox.acked_seq or outbox.depth() == 0
+
     async def _publish_state(self, client: aiomqtt.Client) -> None:
         """The retained snapshots (`state`, `roads`) once they changed, after the events
         they reflect were published (the publisher calls this after each batch)."""
         state = self.state()
-        if state.get("seq") != self._state_seq:
-            await client.publish(f"{self.root}/state", json.dumps(state), qos=1, retain=True)
+        if state.get("seq") != self._state_seq and self._reflected(state.get("seq")):
+            await client.publish(f"{self.root}/state", json.dumps(state), qos=1, retain=True,
+                                 properties=self._props)
             self._state_seq = state.get("seq")
         if self.roads is not None:
             seq, body = self.roads
-            if seq() != self._roads_seq:
+            if seq() != self._roads_seq and self._reflected(seq()):
                 board = body()
                 await client.publish(f"{self.root}/roads", json.dumps(board), qos=1,
-                                     retain=True)
+                                     retain=True, properties=self._props)
                 self._roads_seq = board["seq"]
 
     async def publish_retained(self, client: aiomqtt.Client) -> None:
         for leaf, body in self.retained.items():
-            await client.publish(f"{self.root}/{leaf}", json.dumps(body()), qos=1, retain=True)
+            await client.publish(f"{self.root}/{leaf}", json.dumps(body()), qos=1, retain=True,
+                                 properties=self._props)
         self._state_seq = self._roads_seq = None
         await self._publish_state(client)
 
@@ -268,18 +327,11 @@ class MqttService:
             await self._status_wake.wait(RETAINED_EVERY_S)
             for leaf, body in self.retained.items():
                 await client.publish(f"{self.root}/{leaf}", json.dumps(body()), qos=1,
-                                     retain=True)
+                                     retain=True, properties=self._props)
             self._alive()
 
     async def _listener(self, client: aiomqtt.Client) -> None:
-        async for message in client.messages:
-            if message.topic.matches(f"{self.root}/cmd"):
-                payload = message.payload if isinstance(message.payload, bytes | str) else b""
-                answer = self.desk.handle(payload)
-                for body in answer.replay:
-                    await client.publish(f"{self.root}/replay", body, qos=1)
-                await client.publish(f"{self.root}/cmd/response", json.dumps(answer.body),
-                                     qos=1)
+        await self.inbox.listen(client)
 
     # -- stopping -----------------------------------------------------------------------
 
@@ -298,7 +350,8 @@ class MqttService:
         if client is not None:
             with contextlib.suppress(Exception):
                 await client.publish(f"{self.root}/status", json.dumps({"online": False}),
-                                     qos=1, retain=True, timeout=max(left, 0.1))
+                                     qos=1, retain=True, timeout=max(left, 0.1),
+                                     properties=self._props)
 
 
 def _outcome(task: asyncio.Task[None]) -> BaseException:

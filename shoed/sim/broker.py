@@ -42,16 +42,19 @@ class PrivateMosquitto:
     """`mosquitto -c <conf>` on 127.0.0.1:<port>; stop(), start() again on the same port.
 
     `websockets=True` (or `websockets_port=N`) adds a second listener speaking MQTT over
-    WebSockets (for the console's page) on `ws_port` (`ws_url`)."""
+    WebSockets (for the console's page) on `ws_port` (`ws_url`). `persistence=True` keeps
+    retained messages, sessions and their queued messages across a stop and start (in its
+    directory), as the shipped broker configuration does."""
 
     def __init__(self, port: int | None = None, extra_config: str = "",
                  directory: pathlib.Path | None = None, websockets: bool = False,
-                 websockets_port: int | None = None) -> None:
+                 websockets_port: int | None = None, persistence: bool = False) -> None:
         self.port = port or free_port()
         # MQTT over WebSockets (for a browser), on its own loopback port when asked for.
         self.ws_port: int | None = websockets_port or (free_port() if websockets else None)
         self.dir = directory or pathlib.Path(tempfile.mkdtemp(prefix="shoed-mosquitto-"))
         self.extra_config = extra_config
+        self.persistence = persistence
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -71,9 +74,10 @@ class PrivateMosquitto:
         # Started as root, mosquitto would drop to user "mosquitto", which cannot read a
         # private temp dir: this broker is a private one, so it stays the caller's user.
         as_user = f"user {pwd.getpwuid(os.geteuid()).pw_name}\n" if os.geteuid() == 0 else ""
-        conf.write_text(listener + as_user + "persistence false\n"
-                        "log_dest stderr\nlog_type error\nlog_type warning\n"
-                        + self.extra_config)
+        persist = f"persistence true\npersistence_location {self.dir}/\n" if self.persistence \
+            else "persistence false\n"
+        conf.write_text(listener + as_user + persist + "log_dest stderr\n"
+                        "log_type error\nlog_type warning\n" + self.extra_config)
         log = open(self.dir / "mosquitto.log", "ab")  # noqa: SIM115 - lives with the process
         # Its own session: a Ctrl-C at the terminal goes to the caller's process group, and
         # the caller stops the broker when it is done with it, not before.

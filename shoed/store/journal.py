@@ -50,8 +50,9 @@ from .check import (
 from .uptime import Uptime
 
 # The journal's schema, in `PRAGMA user_version`. 1: the first release (which left
-# user_version at 0); 2: `created_up`, the uptime at which an event or answer was written.
-SCHEMA_VERSION = 2
+# user_version at 0); 2: `created_up`, the uptime at which an event or answer was written;
+# 3: answers keyed by (sender, request_id), with the command's fingerprint.
+SCHEMA_VERSION = 3
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
@@ -63,14 +64,27 @@ CREATE TABLE IF NOT EXISTS events (
 CREATE INDEX IF NOT EXISTS events_unpublished ON events(published, seq);
 CREATE TABLE IF NOT EXISTS snapshots (input_id INTEGER PRIMARY KEY, state TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS responses (
-    request_id TEXT PRIMARY KEY, created REAL NOT NULL, body TEXT NOT NULL,
-    created_up REAL NOT NULL DEFAULT 0);
+    sender TEXT NOT NULL, request_id TEXT NOT NULL, fingerprint TEXT NOT NULL,
+    created REAL NOT NULL, body TEXT NOT NULL, created_up REAL NOT NULL DEFAULT 0,
+    PRIMARY KEY (sender, request_id)) WITHOUT ROWID;
 """
 # From schema 1: rows written before it count as written at uptime 0, i.e. as old as
 # they can be by that clock; the wall clock alone then decides, as it did.
 MIGRATE_FROM_1 = """
 ALTER TABLE events ADD COLUMN created_up REAL NOT NULL DEFAULT 0;
 ALTER TABLE responses ADD COLUMN created_up REAL NOT NULL DEFAULT 0;
+"""
+# From schema 2: every answer so far came from the bare `{root}/cmd` (sender anonymous);
+# their fingerprint is unknown (''), so a repeat gets the original answer, as it did.
+MIGRATE_FROM_2 = """
+CREATE TABLE responses_v3 (
+    sender TEXT NOT NULL, request_id TEXT NOT NULL, fingerprint TEXT NOT NULL,
+    created REAL NOT NULL, body TEXT NOT NULL, created_up REAL NOT NULL DEFAULT 0,
+    PRIMARY KEY (sender, request_id)) WITHOUT ROWID;
+INSERT INTO responses_v3(sender, request_id, fingerprint, created, body, created_up)
+    SELECT 'anonymous', request_id, '', created, body, created_up FROM responses;
+DROP TABLE responses;
+ALTER TABLE responses_v3 RENAME TO responses;
 """
 
 
@@ -336,8 +350,9 @@ class Journal:
             if not tables:
                 db.executescript(SCHEMA)
                 db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-            elif version < 2:
-                db.executescript(f"BEGIN; {MIGRATE_FROM_1} "
+            elif version < SCHEMA_VERSION:
+                steps = (MIGRATE_FROM_1 if version < 2 else "") + MIGRATE_FROM_2
+                db.executescript(f"BEGIN; {steps} "
                                  f"PRAGMA user_version={SCHEMA_VERSION}; COMMIT;")
         except (sqlite3.Error, OSError) as error:
             raise StorageError(f"journal {self.path}: {error}") from error
@@ -561,13 +576,26 @@ class Journal:
                          (first, last, limit)).fetchall()
         return [str(r[0]) for r in rows]
 
+    def seqs_between(self, first: int, last: int, limit: int) -> list[int]:
+        """The seqs of the journal's events in first..last, at most `limit` of them."""
+        rows = self._run("SELECT seq FROM events WHERE seq BETWEEN ? AND ? ORDER BY seq "
+                         "LIMIT ?", (first, last, limit)).fetchall()
+        return [int(r[0]) for r in rows]
+
+    def event_rows_between(self, first: int, last: int, limit: int) -> list[tuple[int, str]]:
+        rows = self._run("SELECT seq, body FROM events WHERE seq BETWEEN ? AND ? ORDER BY seq "
+                         "LIMIT ?", (first, last, limit)).fetchall()
+        return [(int(r[0]), str(r[1])) for r in rows]
+
     def event_range(self) -> tuple[int, int]:
         row = self._run("SELECT MIN(seq), MAX(seq) FROM events").fetchone()
         return int(row[0] or 0), int(row[1] or 0)
 
-    def prune(self, retention_days: int, now: float | None = None) -> int:
+    def prune(self, retention_days: int, now: float | None = None,
+              answers_s: float = REQUEST_MEMORY_S) -> int:
         """Drop published events past retention, and command answers past retention or
-        24 h (REQUEST_MEMORY_S), whichever is longer; the newest event always stays.
+        `answers_s` (`[commands] request_id_memory_h`, at least 24 h), whichever is longer;
+        the newest event always stays.
 
         Old means old by both clocks: the wall clock (`now`, by default the journal's)
         and the uptime accumulated across runs. A step of the wall clock either way
@@ -576,7 +604,7 @@ class Journal:
         wall = self._wall() if now is None else now
         up = self.uptime.now()
         keep = retention_days * 86400.0
-        answers = max(keep, REQUEST_MEMORY_S)
+        answers = max(keep, answers_s, REQUEST_MEMORY_S)
         with self.transaction():
             cursor = self._run("DELETE FROM events WHERE published = 1 AND created < ? "
                                "AND created_up < ? AND seq < (SELECT MAX(seq) FROM events)",
@@ -587,12 +615,16 @@ class Journal:
 
     # -- command answers ----------------------------------------------------------------
 
-    def response(self, request_id: str) -> dict[str, Any] | None:
-        row = self._run("SELECT body FROM responses WHERE request_id = ?",
-                        (request_id,)).fetchone()
-        return None if row is None else dict(json.loads(row[0]))
+    def response(self, sender: str, request_id: str) -> tuple[str, dict[str, Any]] | None:
+        """The remembered answer to (sender, request_id) and the fingerprint of the command
+        it answered ('' when unknown: written before fingerprints were kept)."""
+        row = self._run("SELECT fingerprint, body FROM responses WHERE sender = ? AND "
+                        "request_id = ?", (sender, request_id)).fetchone()
+        return None if row is None else (str(row[0]), dict(json.loads(row[1])))
 
-    def add_response(self, request_id: str, body: dict[str, Any]) -> None:
-        self._run("INSERT OR IGNORE INTO responses(request_id, created, body, created_up) "
-                  "VALUES(?, ?, ?, ?)",
-                  (request_id, self._wall(), json.dumps(body), self.uptime.now()))
+    def add_response(self, sender: str, request_id: str, fingerprint: str,
+                     body: dict[str, Any]) -> None:
+        self._run("INSERT OR IGNORE INTO responses(sender, request_id, fingerprint, created, "
+                  "body, created_up) VALUES(?, ?, ?, ?, ?, ?)",
+                  (sender, request_id, fingerprint, self._wall(), json.dumps(body),
+                   self.uptime.now()))

@@ -42,6 +42,8 @@ PRUNE_EVERY_S = 3600.0
 RECORD_HOOKS: list[Callable[[], None]] = []
 
 Answer = Callable[[Output], dict[str, Any]]
+#: Where a command's answer is remembered: (sender, request_id, fingerprint).
+AnswerKey = tuple[str, str, str]
 
 
 
@@ -143,13 +145,14 @@ class Recorder:
     # -- everything else: one transaction, then apply ---------------------------------------
 
     def commit(self, inputs: list[Input], dedup: DedupState | None = None,
-               answer: Answer | None = None) -> list[Output] | None:
+               answer: Answer | None = None,
+               answer_key: AnswerKey | None = None) -> list[Output] | None:
         """Apply `inputs` and make them durable in one transaction (with a command's
         answer, made by `answer`); None if storage failed (the engine is rolled back)."""
         if not self.status.storage_ok and not self.retry():
             return None
         try:
-            outputs = self._durable_apply(inputs, dedup, answer)
+            outputs = self._durable_apply(inputs, dedup, answer, answer_key)
         except StorageError as error:
             self._failed(str(error))
             return None
@@ -158,7 +161,7 @@ class Recorder:
         return outputs
 
     def _durable_apply(self, inputs: list[Input], dedup: DedupState | None,
-                       answer: Answer | None) -> list[Output]:
+                       answer: Answer | None, answer_key: AnswerKey | None) -> list[Output]:
         engine, journal, outbox = self.engine, self.journal, self.outbox
         mark = outbox.mark()
         before = (self._inputs_since_snapshot, self._last_applied_input)
@@ -172,7 +175,9 @@ class Recorder:
                     rollback = rollback or engine.last_rollback
                     if answer is not None:
                         body = answer(outputs[-1])
-                        journal.add_response(str(body["request_id"]), body)
+                        sender, request_id, fingerprint = answer_key or (
+                            "anonymous", str(body["request_id"]), "")
+                        journal.add_response(sender, request_id, fingerprint, body)
                 if dedup is not None:
                     journal.set_meta("dedup", json.dumps([dedup.boot_id, dedup.last_seq]))
                 written = self._effects_in_transaction()
@@ -254,7 +259,7 @@ class Recorder:
         try:
             outputs = self._durable_apply([
                 StorageStatus(at=at, ok=False, message=self.status.storage_error or ""),
-                StorageStatus(at=time.time(), ok=True, message="storage back")], None, None)
+                StorageStatus(at=time.time(), ok=True, message="storage back")], None, None, None)
         except StorageError:
             return False
         self.log.warning("storage_recovered")
@@ -265,7 +270,7 @@ class Recorder:
 
     # -- housekeeping, stop -----------------------------------------------------------------
 
-    def housekeeping(self, retention_days: int) -> None:
+    def housekeeping(self, retention_days: int, answers_s: float = 86400.0) -> None:
         """WAL checkpoint when due (commands alone also grow it), a storage retry when
         failing (with the gate locked the shoe may send nothing for a while), and the
         hourly prune."""
@@ -277,7 +282,7 @@ class Recorder:
             self.journal.save_uptime()  # a kill -9 loses at most one interval of it
             if self._last_prune is None or time.monotonic() - self._last_prune > PRUNE_EVERY_S:
                 self._last_prune = time.monotonic()
-                pruned = self.journal.prune(retention_days)  # old by wall time AND uptime
+                pruned = self.journal.prune(retention_days, answers_s=answers_s)  # both clocks
                 self.log.info("journal_pruned", events=pruned, uptime=round(self.uptime.now()))
         except StorageError as error:
             self.log.warning("housekeeping_failed", error=str(error))

@@ -1,0 +1,172 @@
+"""Card-to-event latency while a big `replay` runs, against the same without it.
+
+    .venv/bin/python bench/replay_load.py --events 100000 --cards 400
+    .venv/bin/python bench/replay_load.py --events 5000 --cards 100   # a quick look
+
+A journal of `--events` events is grown once with shoed's own code (bench/grow_journal.py);
+each round starts the daemon (a subprocess, `replay.max_events` = `--events`) on a copy of
+it with the simulated shoe on a pty, waits for cards to flow, then measures card-to-event
+(a CARD frame written -> its `card` event received from a local Mosquitto) for `--cards`
+cards, one every `--pace` s. In the `replay` round, a `replay` of the whole journal is
+sent on `{root}/cmd` as the measured cards start, and the cards are measured until its
+answer arrives (after its last event); the replayed events go out from their own task, a
+few in flight, interleaved with the live ones (docs/decisions.md), to a `mosquitto_sub`
+consumer. The output says how many were replayed and how long the replay took.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+import aiomqtt
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from grow_journal import grow  # noqa: E402
+from latency import TimedShoe, summary  # noqa: E402
+from quiet import ignore_closed_subscriber_writer  # noqa: E402
+
+from shoed.config import write_config  # noqa: E402
+from shoed.sim.broker import PrivateMosquitto  # noqa: E402
+from shoed.sim.shoe import PtyShoe, Script  # noqa: E402
+
+TABLE = "BENCH"
+
+
+async def round_(mode: str, journal_dir: pathlib.Path, events: int, cards: int, pace: float,
+                 broker: PrivateMosquitto) -> dict[str, Any]:
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix=f"bench-replay-{mode}-"))
+    shutil.copytree(journal_dir, tmp / "state")
+    loop = asyncio.get_running_loop()
+    shoe = TimedShoe(decks=8, seed=3, now=loop.time(),
+                     script=Script(pace_s=pace, shoes=4, cut_card_from_end=20))
+    pty = PtyShoe(shoe, link_path=tmp / "shoe")
+    pty.plug()
+    root = f"shoed/{TABLE}"
+    received: dict[int, float] = {}
+    answer: dict[str, Any] = {}
+    answered_at: list[float] = []
+    ready = asyncio.Event()
+    # The replay's consumer is another process (as it would be): the bench's own loop,
+    # which also plays the shoe, must not be the one that reads 100 000 messages.
+    replay_out = tmp / "replayed.txt"
+    consumer = subprocess.Popen(["mosquitto_sub", "-p", str(broker.port), "-q", "1",
+                                 "-t", f"{root}/replay"], stdout=open(replay_out, "wb"))  # noqa: SIM115
+
+    async def subscribe() -> None:
+        async with aiomqtt.Client("127.0.0.1", broker.port) as client:
+            for leaf in ("events", "cmd/response"):
+                await client.subscribe(f"{root}/{leaf}", qos=1)
+            ready.set()
+            seen: set[tuple[str, int]] = set()
+            async for message in client.messages:
+                now = time.perf_counter()
+                topic = str(message.topic)
+                body = json.loads(message.payload)  # type: ignore[arg-type]
+                if topic.endswith("/cmd/response"):
+                    answer.update(body)
+                    answered_at.append(now)
+                    continue
+                if body["type"] != "card" or body["card_index"] is None:
+                    continue
+                key = (body["shoe_id"], body["card_index"])
+                if key not in seen:
+                    seen.add(key)
+                    received[len(seen) - 1] = now
+
+    sub = asyncio.create_task(subscribe())
+    await ready.wait()
+    runner = asyncio.create_task(pty.run())
+    config = write_config(tmp / "shoed.toml", {
+        "table": {"id": TABLE, "betting_control": "none"},
+        "device": {"port": str(tmp / "shoe")},
+        "mqtt": {"url": f"mqtt://127.0.0.1:{broker.port}", "client_id": f"bench-{mode}"},
+        "rules": {"decks": 8},
+        "state": {"dir": str(tmp / "state")},
+        "replay": {"max_events": events},
+        "log": {"format": "json"},
+    })
+    proc = subprocess.Popen([sys.executable, "-m", "shoed.cli", "run", "--config", str(config)],
+                            stdout=open(tmp / "shoed.log", "wb"),  # noqa: SIM115
+                            stderr=subprocess.STDOUT)
+    try:
+        deadline = time.perf_counter() + 60
+        while len(received) < 20 and time.perf_counter() < deadline:
+            await asyncio.sleep(0.05)
+        first = len(shoe.card_seqs)
+        started = time.perf_counter()
+        if mode == "replay":
+            async with aiomqtt.Client("127.0.0.1", broker.port) as client:
+                await client.publish(f"{root}/cmd", json.dumps({
+                    "request_id": f"bench-{time.time_ns()}", "command": "replay",
+                    "operator": "bench", "from_seq": 1, "to_seq": events}), qos=1)
+        # `replay`: until its answer (sent after its last event), at least `cards` cards;
+        # `none`: `cards` cards.
+        deadline = time.perf_counter() + cards * pace * 4 + (events / 50 if mode == "replay"
+                                                             else 60)
+        while (len(shoe.card_seqs) < first + cards or (mode == "replay" and not answered_at)) \
+                and time.perf_counter() < deadline:
+            await asyncio.sleep(0.05)
+        measured_s = time.perf_counter() - started
+        await asyncio.sleep(1.0)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        runner.cancel()
+        sub.cancel()
+        pty.unplug()
+        consumer.terminate()
+        consumer.wait()
+    end = answered_at[0] if answered_at else float("inf")  # the replay's last event sent
+    to_event = [received[i] - shoe.sent[seq] for i, seq in enumerate(shoe.card_seqs)
+                if i >= first and seq in shoe.sent and i in received
+                and (mode == "none" or received[i] <= end)]
+    replayed = replay_out.read_bytes().count(b"\n")
+    return {"mode": mode, "cards": len(to_event), "measured_s": round(measured_s, 1),
+            "replay_s": round(end - started, 2) if answered_at else None,
+            "replayed": replayed,
+            "replay_answer": answer.get("result") or answer.get("error"),
+            "card_to_event_ms": summary(to_event) if to_event else None}
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--events", type=int, default=100_000)
+    parser.add_argument("--cards", type=int, default=400)
+    parser.add_argument("--pace", type=float, default=0.02)
+    parser.add_argument("--journal", type=pathlib.Path, default=None,
+                        help="a state directory grown before (reused)")
+    args = parser.parse_args()
+    ignore_closed_subscriber_writer(asyncio.get_running_loop())
+    journal_dir = args.journal or pathlib.Path(tempfile.mkdtemp(prefix="bench-replay-j-"))
+    if not (journal_dir / "journal.db").exists():
+        grow(journal_dir, args.events, sync=False, seed=1).close()
+    broker = PrivateMosquitto(extra_config="max_queued_messages 1000000\n")
+    broker.start()
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    try:
+        results = [await round_(mode, journal_dir, args.events, args.cards, args.pace, broker)
+                   for mode in ("none", "replay")]
+    finally:
+        broker.stop()
+    print(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
