@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import http.server
+import json
 import pathlib
 import signal
 import socket
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from proc import DaemonProcess
@@ -310,11 +313,54 @@ def test_a_second_daemon_on_the_same_root_backs_off_and_the_first_keeps_it(
             dealt = (tmp_path / "b" / "dealt.txt")
             await wait_for(lambda: dealt.exists() and len(dealt.read_text().split()) > 3, 15,
                            "B's shoe served")
+            instance_a = collector.retained["status"]["instance"]
             assert a.stop() == 0  # A goes (its status: offline); B takes the root
+            stopped_at = time.time()
+            # Nothing of B's was published while A held the root.
+            assert {e["instance"] for e in collector.raw_events} == {instance_a}
+            a_events = list(collector.raw_events)
             await wait_for(lambda: b.logged("mqtt_connected"), 25, "B on the broker")
             await wait_for(lambda: collector.retained.get("status", {}).get("run_id") == run_b,
                            10, "B's status")
             assert b.logged("table_id_conflict_over")
+
+            def b_alarms() -> list[dict[str, Any]]:
+                return [e for e in stream(collector, instance_a, other=True)
+                        if e["type"] == "alarm" and e["code"] == "table_id_conflict"]
+            await wait_for(lambda: len(b_alarms()) >= 2, 15, "B's conflict raised and cleared")
+            raised, cleared = b_alarms()
+            assert (raised["active"], cleared["active"]) == (True, False)
+            assert raised["alarm_id"] == cleared["alarm_id"] and raised["seq"] < cleared["seq"]
+            assert f"run_id {run_a}" in raised["message"]
+            assert f"run_id {run_b}" in raised["message"]
+            assert f"run_id {run_b}" in cleared["message"]
+            assert iso_ts(raised) < stopped_at < iso_ts(cleared) + 1
+            await wait_for(lambda: collector.retained.get("state", {}).get("instance")
+                           == cleared["instance"] and collector.retained["state"]["seq"]
+                           >= cleared["seq"], 10, "B's state after the clear")
+            assert not [a for a in collector.retained["state"]["alarms"]
+                        if a["code"] == "table_id_conflict"]
             assert b.stop() == 0
+            b_stream = stream(collector, instance_a, other=True)
+            assert [e["seq"] for e in b_stream] == list(range(1, len(b_stream) + 1))
+            # A's stream is untouched: gapless, one body per event, no conflict of its own.
+            a_stream = stream(collector, instance_a)
+            assert [e["seq"] for e in a_stream] == list(range(1, len(a_stream) + 1))
+            assert all(e in a_stream for e in a_events)
+            assert not [e for e in a_stream if e.get("code") == "table_id_conflict"]
+            bodies: dict[str, set[str]] = {}
+            for e in collector.raw_events:
+                bodies.setdefault(e["event_id"], set()).add(json.dumps(e, sort_keys=True))
+            assert all(len(b) == 1 for b in bodies.values())
+            assert not a.logged("table_id_conflict")
         task.cancel()
     asyncio.run(main())
+
+
+def stream(collector: Collector, instance: str, other: bool = False) -> list[dict[str, Any]]:
+    """One daemon's events (by its journal's instance; `other`: the rest), in seq order."""
+    return [e for e in collector.events if (e["instance"] != instance) == other]
+
+
+def iso_ts(event: dict[str, Any]) -> float:
+    return datetime.datetime.fromisoformat(str(event["ts"]).replace("Z", "+00:00")).timestamp()
