@@ -11,7 +11,7 @@ from table import CUT, UNREAD, Table
 from shoed.core.cards import ALL_CARDS
 from shoed.core.engine import TRANSITIONS, Engine
 from shoed.core.events import StateSnapshot
-from shoed.core.inputs import DeviceLink, Notice, StorageStatus
+from shoed.core.inputs import DeviceLink, Notice, RootConflict, StorageStatus
 
 STATES = {"no_shoe", "commencement", "between_hands", "dealing", "held", "shoe_ended",
           "shoe_voided"}
@@ -52,6 +52,7 @@ action = st.one_of(
     st.tuples(st.just("link"), st.booleans()),
     st.tuples(st.just("storage"), st.booleans()),
     st.tuples(st.just("notice")),
+    st.tuples(st.just("root_conflict"), st.booleans()),
     st.tuples(st.just("partial"), st.lists(card, min_size=2, max_size=3)),
 )
 
@@ -83,6 +84,8 @@ def run(table: Table, act: tuple[Any, ...]) -> None:
         table.feed(StorageStatus(at=table.now(), ok=act[1], message="disk"))
     elif kind == "notice":
         table.feed(Notice(at=table.now(), code="bad_payload", message="m"))
+    elif kind == "root_conflict":
+        table.feed(RootConflict(at=table.now(), active=act[1], other_run_id="r", message="m"))
 
 
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -12,10 +12,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shoed.core.cards import ALL_CARDS
-from shoed.core.engine import Engine, EngineConfig
+from shoed.core.config import EngineConfig
+from shoed.core.engine import Engine
 from shoed.core.errors import RulesError
 from shoed.core.game import next_needed
 from shoed.core.inputs import DeviceItem, DeviceShoeLoaded
+from shoed.core.integrity import DETECTORS, IntegrityThresholds
 from shoed.sim.shoe import CUT, DealerModel, hand_complete, points
 
 SIMULATOR = pathlib.Path(__file__).resolve().parent.parent / "shoed" / "sim" / "shoe.py"
@@ -39,7 +41,11 @@ def test_dealer_model_agrees_with_the_engine(rng, decks: int, cut_from_end: int)
     shoe = list(ALL_CARDS) * decks
     rng.shuffle(shoe)
     shoe.insert(max(1, len(shoe) - cut_from_end), CUT)
-    engine = Engine(EngineConfig(table_id="x", decks=decks, betting_control="none"))
+    # The shoe-order watch off: random packs here may hold on a short run (4S 5S 6S...),
+    # which is the watch's business, not the dealing procedure's that is compared.
+    watch_off = IntegrityThresholds(**dict.fromkeys(DETECTORS, 0))
+    engine = Engine(EngineConfig(table_id="x", decks=decks, betting_control="none",
+                                 integrity=watch_off))
     engine.handle(DeviceShoeLoaded(at=0.0))
     dealer = DealerModel()
     pull_id = 0

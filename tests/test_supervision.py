@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import http.server
+import json
 import pathlib
 import signal
 import socket
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
 
 import pytest
 from proc import DaemonProcess
@@ -276,45 +280,160 @@ def test_mqtt_url_that_is_not_a_broker_is_reported_within_seconds(
         close()
 
 
-def test_a_second_daemon_on_the_same_root_backs_off_and_the_first_keeps_it(
-        tmp_path: pathlib.Path, broker: PrivateMosquitto) -> None:
-    (tmp_path / "a").mkdir()
-    (tmp_path / "b").mkdir()
+@dataclass
+class RootEpisode:
+    """Two daemons with the same table id on one broker: A first, then B; A stopped."""
 
-    async def main() -> None:
+    run_a: str
+    run_b: str
+    instance_a: str
+    conflict_log: dict[str, Any]  # B's table_id_conflict line
+    b_statuses: list[str]  # B's STATUS= lines
+    b_connected_while_a_ran: bool
+    a_connects: int
+    a_logged_conflict: bool
+    b_logged_over: bool
+    b_dealt: int  # cards B's shoe dealt while A held the root
+    retained_status_while_a_ran: dict[str, Any]
+    published_while_a_ran: list[dict[str, Any]]  # every event body on the topic then
+    a_stopped_at: float
+    published: list[dict[str, Any]]  # every event body on the topic, to the end
+    state_after: dict[str, Any]  # the retained state once B published the clear
+    exits: tuple[int, int]
+
+
+@pytest.fixture(scope="module")
+def root_episode(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RootEpisode]:
+    tmp = tmp_path_factory.mktemp("root")
+    (tmp / "a").mkdir()
+    (tmp / "b").mkdir()
+    broker = PrivateMosquitto()
+    broker.start()
+
+    async def main() -> RootEpisode:
         collector, task = await _collector(broker)
-        with daemon(tmp_path / "a", broker.url) as a, daemon(tmp_path / "b", broker.url) as b:
+        with daemon(tmp / "a", broker.url) as a, daemon(tmp / "b", broker.url) as b:
             a.start_shoe(seed=5, pace=0.1)
             a.start()
             await wait_for(lambda: collector.retained.get("status", {}).get("run_id"), 20,
                            "A's status with its run_id")
             run_a = collector.retained["status"]["run_id"]
+            instance_a = collector.retained["status"]["instance"]
             b.start_shoe(seed=6, pace=0.1)
             b.start()
             await wait_for(lambda: b.logged("table_id_conflict"), 15, "B sees A")
-            conflict = b.logged("table_id_conflict")[0]
-            run_b = b.logged("ready")[0]["run_id"]
-            assert conflict["level"] == "error" and conflict["other_run_id"] == run_a
-            assert conflict["run_id"] == run_b != run_a
             await wait_for(lambda: any("CONFLICT" in s for s in b.notifications.statuses()),
                            5, "B's STATUS= shows the conflict")
             await asyncio.sleep(2.0)
-            assert not b.logged("mqtt_connected")  # B never published under the root
-            assert len(a.logged("mqtt_connected")) == 1  # A was never kicked off
-            by_seq: dict[int, set[str]] = {}
-            for e in collector.raw_events:
-                by_seq.setdefault(e["seq"], set()).add(e["event_id"])
-            assert all(len(ids) == 1 for ids in by_seq.values())  # one stream
-            assert collector.retained["status"]["run_id"] == run_a
             # B keeps serving and journalling its shoe meanwhile.
-            dealt = (tmp_path / "b" / "dealt.txt")
+            dealt = tmp / "b" / "dealt.txt"
             await wait_for(lambda: dealt.exists() and len(dealt.read_text().split()) > 3, 15,
                            "B's shoe served")
-            assert a.stop() == 0  # A goes (its status: offline); B takes the root
+            b_connected = bool(b.logged("mqtt_connected"))
+            a_connects = len(a.logged("mqtt_connected"))
+            retained_status = dict(collector.retained["status"])
+            published_while_a_ran = list(collector.raw_events)
+            exit_a = a.stop()  # A goes (its status: offline); B takes the root
+            stopped_at = time.time()
             await wait_for(lambda: b.logged("mqtt_connected"), 25, "B on the broker")
+            run_b = b.logged("ready")[0]["run_id"]
             await wait_for(lambda: collector.retained.get("status", {}).get("run_id") == run_b,
                            10, "B's status")
-            assert b.logged("table_id_conflict_over")
-            assert b.stop() == 0
+            await wait_for(lambda: len(conflict_alarms(collector.events)) >= 2, 15,
+                           "B's table_id_conflict raised and cleared")
+            cleared = conflict_alarms(collector.events)[-1]
+            await wait_for(lambda: collector.retained.get("state", {}).get("instance")
+                           == cleared["instance"] and collector.retained["state"]["seq"]
+                           >= cleared["seq"], 10, "B's state after the clear")
+            state_after = dict(collector.retained["state"])
+            exit_b = b.stop()
+            await asyncio.sleep(0.3)  # the last PUBACKed events reach the collector
+            episode = RootEpisode(
+                run_a=run_a, run_b=run_b, instance_a=instance_a,
+                conflict_log=b.logged("table_id_conflict")[0],
+                b_statuses=b.notifications.statuses(), b_connected_while_a_ran=b_connected,
+                a_connects=a_connects, a_logged_conflict=bool(a.logged("table_id_conflict")),
+                b_logged_over=bool(b.logged("table_id_conflict_over")),
+                b_dealt=len(dealt.read_text().split()),
+                retained_status_while_a_ran=retained_status,
+                published_while_a_ran=published_while_a_ran, a_stopped_at=stopped_at,
+                published=list(collector.raw_events), state_after=state_after,
+                exits=(exit_a, exit_b))
         task.cancel()
-    asyncio.run(main())
+        return episode
+
+    try:
+        yield asyncio.run(main())
+    finally:
+        broker.stop()
+
+
+def test_a_second_daemon_on_the_same_root_backs_off_and_the_first_keeps_it(
+        root_episode: RootEpisode) -> None:
+    ep = root_episode
+    conflict = ep.conflict_log
+    assert conflict["level"] == "error" and conflict["other_run_id"] == ep.run_a
+    assert conflict["run_id"] == ep.run_b != ep.run_a
+    assert any("CONFLICT" in s for s in ep.b_statuses)
+    assert not ep.b_connected_while_a_ran  # B never published under the root
+    assert ep.a_connects == 1  # A was never kicked off
+    assert ep.retained_status_while_a_ran["run_id"] == ep.run_a
+    # Nothing of B's reached the topic while A held the root.
+    assert {e["instance"] for e in ep.published_while_a_ran} == {ep.instance_a}
+    by_seq: dict[int, set[str]] = {}
+    for e in ep.published_while_a_ran:
+        by_seq.setdefault(e["seq"], set()).add(e["event_id"])
+    assert all(len(ids) == 1 for ids in by_seq.values())  # one stream
+    assert ep.b_dealt > 3  # B served and journalled its shoe meanwhile
+    assert ep.b_logged_over
+    assert ep.exits == (0, 0)
+
+
+def test_the_second_daemons_stream_has_table_id_conflict_raised_then_cleared(
+        root_episode: RootEpisode) -> None:
+    ep = root_episode
+    b_stream = stream(ep.published, ep.instance_a, other=True)
+    assert [e["seq"] for e in b_stream] == list(range(1, len(b_stream) + 1))  # gapless
+    raised, cleared = conflict_alarms(b_stream)
+    assert (raised["active"], cleared["active"]) == (True, False)
+    assert raised["momentary"] is False
+    assert raised["alarm_id"] == cleared["alarm_id"] and raised["seq"] < cleared["seq"]
+    assert f"run_id {ep.run_a}" in raised["message"]  # the other daemon
+    assert f"run_id {ep.run_b}" in raised["message"]  # this one
+    assert f"seen at {raised['ts']}" in raised["message"]
+    assert f"run_id {ep.run_b}" in cleared["message"]
+    # Raised when first seen (journalled then, published later), cleared once alone.
+    assert iso_ts(raised) < ep.a_stopped_at < iso_ts(cleared) + 1
+    assert not [a for a in ep.state_after["alarms"] if a["code"] == "table_id_conflict"]
+
+
+def test_the_first_daemons_stream_is_untouched(root_episode: RootEpisode) -> None:
+    ep = root_episode
+    a_stream = stream(ep.published, ep.instance_a)
+    assert [e["seq"] for e in a_stream] == list(range(1, len(a_stream) + 1))
+    assert a_stream and all(e in a_stream for e in ep.published_while_a_ran)
+    assert all(e["event_id"].startswith(f"T9-{ep.instance_a}-") for e in a_stream)
+    assert not conflict_alarms(a_stream) and not ep.a_logged_conflict
+    bodies: dict[str, set[str]] = {}
+    for e in ep.published:
+        bodies.setdefault(e["event_id"], set()).add(json.dumps(e, sort_keys=True))
+    assert all(len(b) == 1 for b in bodies.values())  # one body per event_id
+
+
+def stream(events: list[dict[str, Any]], instance: str, other: bool = False
+           ) -> list[dict[str, Any]]:
+    """One daemon's events (by its journal's instance; `other`: the rest), one body per
+    event_id, in seq order."""
+    seen: dict[str, dict[str, Any]] = {}
+    for e in events:
+        if (e["instance"] != instance) == other:
+            seen.setdefault(e["event_id"], e)
+    return sorted(seen.values(), key=lambda e: e["seq"])
+
+
+def conflict_alarms(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [e for e in events if e["type"] == "alarm" and e["code"] == "table_id_conflict"]
+
+
+def iso_ts(event: dict[str, Any]) -> float:
+    return datetime.datetime.fromisoformat(str(event["ts"]).replace("Z", "+00:00")).timestamp()

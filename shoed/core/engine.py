@@ -78,6 +78,7 @@ from .inputs import (
     Input,
     InputBase,
     Notice,
+    RootConflict,
     StorageStatus,
     Tick,
 )
@@ -150,6 +151,9 @@ RECORDS_KEPT = 100
 SHOE_REPORTS_KEPT = 20
 #: The events that change the scoreboard (roads.md section 7).
 ROADS_EVENTS = frozenset({"shoe_started", "hand_result", "hand_voided"})
+#: The key of the held alarm `table_id_conflict` (another daemon held the table's root).
+CONFLICT_KEY = "table_id_conflict"
+
 #: Alarm keys of the shoe-order watch's held alarms (one per detector).
 INTEGRITY_KEY = "integrity:"
 # The capability bits as plain ints: `int & IntFlag` runs Python code, twice per input.
@@ -440,6 +444,8 @@ class Engine:
                 self._alarm_clear("storage_failed")
             else:
                 self._alarm_raise("storage_failed", "storage_failed", inp.message)
+        elif isinstance(inp, RootConflict):
+            self._on_root_conflict(inp)
         elif isinstance(inp, Tick) and pulls.timed_out(self._state, inp):
             self._flush_pull_incomplete(f"no next item for {pulls.PULL_TIMEOUT_S:g} s")
 
@@ -670,6 +676,16 @@ class Engine:
                 self._alarm_momentary("device_rebooted", "the shoe rebooted")
         self._sync_alarms()
         self._sync_device(force=True)  # re-sent after every HELLO
+
+    def _on_root_conflict(self, conflict: RootConflict) -> None:
+        """Another daemon held the table's root: a held alarm, raised with the other
+        daemon's run_id and when it was seen, cleared when this one is alone again."""
+        if conflict.active:
+            self._alarm_raise(CONFLICT_KEY, "table_id_conflict",
+                              f"another daemon (run_id {conflict.other_run_id}) holds this "
+                              f"table's root, seen at {iso(conflict.at)}; {conflict.message}")
+        else:
+            self._alarm_clear(CONFLICT_KEY, conflict.message)
 
     def _on_fault(self, fault: DeviceFault) -> None:
         name = FAULT_NAMES.get(fault.code, f"fault {fault.code}")

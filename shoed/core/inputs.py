@@ -87,6 +87,22 @@ class StorageStatus(InputBase):
     message: str
 
 
+class RootConflict(InputBase):
+    """Another live daemon held this table's MQTT root (issue 13 section 3): the shell saw
+    its retained `status` online with another `run_id` and did not publish under the root.
+
+    `active=True` when the conflict is first seen (`at` is when; `other_run_id` is the
+    other daemon's), `active=False` once this daemon is alone on the root again. The
+    engine holds alarm `table_id_conflict` from the one to the other, so the episode is
+    in the table's own stream (published after the daemon holds the root again).
+    """
+
+    kind: Literal["root_conflict"] = "root_conflict"
+    active: bool
+    other_run_id: str | None = None
+    message: str
+
+
 class Tick(InputBase):
     """Time passed: lets the 3 s incomplete-pull timeout fire (see Engine.next_deadline)."""
 
@@ -103,7 +119,7 @@ class CommandInput(InputBase):
 
 Input = Annotated[
     DeviceHello | DeviceShoeLoaded | DeviceItem | DeviceFault | DeviceGap | DeviceLink
-    | Notice | StorageStatus | Tick | CommandInput,
+    | Notice | StorageStatus | RootConflict | Tick | CommandInput,
     Field(discriminator="kind"),
 ]
 INPUT_ADAPTER: TypeAdapter[Input] = TypeAdapter(Input)

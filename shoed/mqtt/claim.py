@@ -2,7 +2,11 @@
 the retained `{root}/status` through a probe connection (another client id, no will, so
 nobody is kicked off). Another live daemon's status there (online, another `run_id`,
 fresh, online before us) means the root is taken: this daemon does not publish under it,
-backs off, says so, and keeps serving and journalling the shoe."""
+backs off, says so, and keeps serving and journalling the shoe.
+
+The episode is audited in the daemon's own stream (:class:`RootClaim`): the alarm
+`table_id_conflict` is raised when the conflict is first seen (journalled at once,
+published once this daemon holds the root) and cleared when it is alone again."""
 
 from __future__ import annotations
 
@@ -14,7 +18,11 @@ from typing import Any
 
 import aiomqtt
 
+from shoed.core.engine import CONFLICT_KEY
+from shoed.core.inputs import RootConflict
+from shoed.device.inputs import stamp
 from shoed.errors import BrokerError
+from shoed.store.recorder import Recorder
 
 PROBE_WAIT_S = 0.3  # a retained message comes right after the SUBACK, or there is none
 LIVE_S = 120.0  # a live daemon republishes its status every 30 s
@@ -56,3 +64,42 @@ async def check_root(args: dict[str, Any], root: str, run_id: str,
     first = online_since is None or float(body.get("online_since") or 0) <= online_since
     if fresh and first:
         raise RootTaken(root, run_id, body)
+
+
+class RootClaim:
+    """The `table_id_conflict` alarm's raise and clear, committed through the recorder.
+
+    :meth:`taken` when a look at the root found another live daemon, :meth:`alone` when a
+    look found none. The engine's state says whether the alarm is up (also after a
+    restart mid-conflict), so a conflict seen again every 10 s journals nothing more.
+    When the journal cannot be written the input is not committed: the next look tries
+    again (the raise), or the next connection (the clear)."""
+
+    def __init__(self, recorder: Recorder, root: str, run_id: str, log: Any) -> None:
+        self.recorder = recorder
+        self.root = root
+        self.run_id = run_id
+        self.log = log
+
+    @property
+    def raised(self) -> bool:
+        return any(alarm.key == CONFLICT_KEY for alarm in self.recorder.state.alarms)
+
+    def taken(self, error: RootTaken) -> None:
+        if not self.raised:
+            self._commit(RootConflict(
+                **stamp(self.recorder.uptime), active=True, other_run_id=error.other_run_id,
+                message=f"this daemon (run_id {self.run_id}) does not publish under "
+                        f"{self.root}; it serves and journals the shoe"))
+
+    def alone(self) -> None:
+        if self.raised:
+            self._commit(RootConflict(
+                **stamp(self.recorder.uptime), active=False,
+                message=f"this daemon (run_id {self.run_id}) is alone on {self.root} again"))
+
+    def _commit(self, conflict: RootConflict) -> None:
+        if self.recorder.commit([conflict]) is None:
+            self.log.warning("table_id_conflict_not_journalled", active=conflict.active,
+                             error=self.recorder.status.storage_error,
+                             action="tried again at the next look at the root")

@@ -34,7 +34,7 @@ from shoed.aio import Wakeup, clear_stray_cancel
 from shoed.config import Settings
 from shoed.desk import CommandDesk
 from shoed.errors import BrokerError, NotABroker
-from shoed.mqtt.claim import RootTaken, check_root
+from shoed.mqtt.claim import RootClaim, RootTaken, check_root
 from shoed.mqtt.inbox import Inbox, StampedQueue, publish_properties
 from shoed.mqtt.writes import send_when_queued
 from shoed.status import TableStatus
@@ -67,6 +67,7 @@ class MqttService:
         self.roads = roads
         self._roads_seq: int | None = None
         self.log = log
+        self.claim = RootClaim(desk.recorder, self.root, status.run_id, log)
         self.client: aiomqtt.Client | None = None
         self.connects = 0
         self.progress: float | None = None  # loop time of the latest sign of life
@@ -149,6 +150,7 @@ class MqttService:
                                action="not publishing under the root; the shoe is served and "
                                "journalled")
                 self.status.set(conflict=str(error), mqtt_error="root taken")
+                self.claim.taken(error)  # table_id_conflict raised (journalled, not published)
             except NotABroker as error:
                 self.log.error("mqtt_not_a_broker", url=self.url, error=str(error),
                                retry_in_s=backoff)
@@ -174,6 +176,7 @@ class MqttService:
         args = self.client_args()
         try:
             await check_root(args, self.root, self.status.run_id, self.status.online_since)
+            self.claim.alone()  # table_id_conflict cleared, if it was raised
             if self.status.conflict:
                 self.log.warning("table_id_conflict_over", root=self.root,
                                  run_id=self.status.run_id)
