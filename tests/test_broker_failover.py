@@ -1,0 +1,111 @@
+"""Failover between the brokers of `mqtt.url`: two private Mosquittos, the daemon
+configured with both, a consumer on each (deduping by event_id); the first is killed
+mid-shoe and the daemon goes on on the second."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import pathlib
+import time
+
+import pytest
+from rig import Collector, rig, wait_for
+from test_daemon_e2e import check_shoe
+
+from shoed.sim.broker import PrivateMosquitto, free_port
+from shoed.sim.shoe import Script
+
+pytestmark = pytest.mark.broker
+
+
+@pytest.fixture
+def second_broker():
+    instance = PrivateMosquitto()
+    instance.start()
+    yield instance
+    instance.stop()
+
+
+def test_first_broker_killed_mid_shoe_daemon_continues_on_the_second(
+        tmp_path: pathlib.Path, broker: PrivateMosquitto,
+        second_broker: PrivateMosquitto) -> None:
+    first, second = broker, second_broker
+
+    async def main() -> None:
+        async with rig(tmp_path, first, decks=1, seed=21, script=Script(pace_s=0.01, shoes=1),
+                       mqtt={"url": [first.url, second.url]}) as r:
+            on_first = r.collector
+            on_second = Collector(second.port, r.daemon.settings.topic_root)
+            task = asyncio.create_task(on_second.run())
+            try:
+                await wait_for(on_second.connected.is_set, 10, "consumer on the second")
+                await wait_for(lambda: r.daemon.status.broker_url == first.url, 20,
+                               "the daemon on the first broker")
+                await wait_for(lambda: on_first.retained.get("status", {}).get("broker_url")
+                               == first.url, 10, "status names the first broker")
+                # Early in the shoe (seed 21 cuts it at card 38): more to come.
+                await wait_for(lambda: on_first.of("hand_result"), 60, "a result")
+                assert not on_first.of("shoe_ended")
+                first.stop(kill=True)
+                killed = time.monotonic()
+                await wait_for(lambda: r.daemon.status.broker_url == second.url, 10,
+                               "the daemon on the second broker")
+                took = time.monotonic() - killed
+                assert took < 10
+                assert second.url in r.daemon.status.line()
+                await wait_for(lambda: on_second.of("shoe_ended"), 120, "the shoe to end")
+                await wait_for(lambda: r.daemon.outbox.depth() == 0, 20, "outbox drained")
+                assert on_second.of("card"), "cards went out live on the second broker"
+                await wait_for(lambda: on_second.retained.get("status", {}).get("broker_url")
+                               == second.url, 10, "status names the second broker")
+                # At least once: only what was in flight at the kill may come twice.
+                both = collections.Counter(e["event_id"] for e in
+                                           on_first.raw_events + on_second.raw_events)
+                assert sum(n - 1 for n in both.values()) <= 1, both.most_common(3)
+                # The consumer: both brokers' events, deduped by event_id, gaps replayed.
+                consumer = on_second
+                consumer.raw_events = on_first.raw_events + on_second.raw_events
+                last = max(e["seq"] for e in consumer.raw_events)
+                await consumer.fill_gaps(last)
+                events = consumer.events
+                assert events[0]["seq"] == 1 and events[-1]["seq"] == last
+                check_shoe(events, r.shoe.dealt)
+                assert len({e["event_id"] for e in events}) == len(events)
+            finally:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+    asyncio.run(main())
+
+
+def test_first_broker_down_at_start_then_back_after_the_second_drops(
+        tmp_path: pathlib.Path, broker: PrivateMosquitto) -> None:
+    """The first broker of the list is down: the daemon starts on the second; when that
+    one drops, the next round tries the first again, which is back by then."""
+    second = broker
+    first = PrivateMosquitto(port=free_port())
+
+    async def main() -> None:
+        async with rig(tmp_path, second, decks=1, seed=7, script=Script(pace_s=0.05),
+                       mqtt={"url": f"{first.url}, {second.url}"}) as r:
+            await wait_for(lambda: r.daemon.status.broker_url == second.url, 10,
+                           "the daemon on the second broker")
+            await wait_for(lambda: r.collector.of("card"), 30, "cards on the second")
+            first.start()
+            try:
+                on_first = Collector(first.port, r.daemon.settings.topic_root)
+                task = asyncio.create_task(on_first.run())
+                await wait_for(on_first.connected.is_set, 10, "consumer on the first")
+                second.stop(kill=True)
+                await wait_for(lambda: r.daemon.status.broker_url == first.url, 10,
+                               "the daemon back on the first broker")
+                await wait_for(lambda: on_first.retained.get("status", {}).get("broker_url")
+                               == first.url, 10, "status names the first broker")
+                seen = len(on_first.of("card"))
+                await wait_for(lambda: len(on_first.of("card")) > seen, 30,
+                               "cards on the first")
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+            finally:
+                first.remove()
+    asyncio.run(main())
