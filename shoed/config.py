@@ -450,7 +450,9 @@ def dump_toml(sections: dict[str, dict[str, Any]]) -> str:
     for section, values in sections.items():
         lines.append(f"[{section}]")
         for key, value in values.items():
-            if isinstance(value, bool):
+            if isinstance(value, list | tuple):
+                rendered = json.dumps([str(item) for item in value])  # a list of strings
+            elif isinstance(value, bool):
                 rendered = "true" if value else "false"
             elif isinstance(value, int | float):
                 rendered = repr(value)

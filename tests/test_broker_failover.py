@@ -8,15 +8,19 @@ import asyncio
 import collections
 import pathlib
 import time
+from typing import Any
 
 import pytest
+from kit import TableProcess, asynctest, journal_events, wait_shoe_ended
 from rig import Collector, rig, wait_for
+from test_client_e2e import assert_exactly_once, consume
 from test_daemon_e2e import check_shoe
 
+from shoed.client import TableFeed
 from shoed.sim.broker import PrivateMosquitto, free_port
 from shoed.sim.shoe import Script
 
-pytestmark = pytest.mark.broker
+pytestmark = [pytest.mark.broker, pytest.mark.timeout(180)]
 
 
 @pytest.fixture
@@ -109,3 +113,31 @@ def test_first_broker_down_at_start_then_back_after_the_second_drops(
             finally:
                 first.remove()
     asyncio.run(main())
+
+
+@asynctest
+async def test_the_client_fails_over_with_the_daemon_process(
+        tmp_path: pathlib.Path, broker: PrivateMosquitto,
+        second_broker: PrivateMosquitto) -> None:
+    """`shoed run` with both brokers in its config, a TableFeed given both (what `shoed
+    tail` and `shoed sink` do with `--url A,B`): the first is killed mid-shoe, the feed
+    still yields every event exactly once and in seq order."""
+    first, second = broker, second_broker
+    table = TableProcess(tmp_path, [first.url, second.url]).start()  # a TOML list
+    got: list[dict[str, Any]] = []
+    feed = TableFeed(f"{first.url},{second.url}", "T9", from_seq=1, grace_s=0.5)
+    task = asyncio.create_task(consume(feed, got))
+    try:
+        await wait_for(lambda: len(got) > 15, 90, "the first events")
+        assert feed.brokers.in_use is not None and feed.brokers.in_use.port == first.port
+        assert not any(e["type"] == "shoe_ended" for e in got)
+        first.stop(kill=True)
+        await wait_shoe_ended(got)
+        assert feed.brokers.in_use is not None and feed.brokers.in_use.url == second.url
+        journal = await journal_events(second.port, table.root)
+        await wait_for(lambda: len(got) >= len(journal), 10, "the last events")
+        assert_exactly_once(got, journal)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        table.stop()
