@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import json
 import pathlib
 import time
 from typing import Any
 
+import aiomqtt
 import pytest
 from kit import TableProcess, asynctest, journal_events, wait_shoe_ended
 from rig import Collector, rig, wait_for
@@ -141,3 +143,77 @@ async def test_the_client_fails_over_with_the_daemon_process(
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         table.stop()
+
+
+def test_shoed_roads_reads_from_the_first_broker_that_answers(
+        tmp_path: pathlib.Path, broker: PrivateMosquitto,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from test_roads_cli import example, publish_retained
+
+    from shoed.cli import main
+    from shoed.config import write_config
+
+    dead = f"mqtt://127.0.0.1:{free_port()}"
+    message = example()
+    publish_retained(broker.port, "shoed/T09/roads", json.dumps(message))
+    path = write_config(tmp_path / "shoed.toml", {
+        "table": {"id": "T09"}, "mqtt": {"url": [dead, broker.url]}})
+    assert main(["roads", "--config", str(path), "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out) == message
+    assert f"{dead}: " in err and "trying the next broker" in err
+
+
+async def bridge_up(near: PrivateMosquitto, far: PrivateMosquitto) -> None:
+    """Wait until a message published on `near` arrives on `far` (the bridge connects
+    a moment after the broker opens its port)."""
+    async with aiomqtt.Client("127.0.0.1", far.port, identifier="bridge-probe-far") as sub, \
+            aiomqtt.Client("127.0.0.1", near.port, identifier="bridge-probe-near") as pub:
+        await sub.subscribe("shoed/bridge-probe", qos=1)
+        reader = asyncio.ensure_future(anext(aiter(sub.messages)))
+        deadline = time.monotonic() + 15
+        while not reader.done():
+            assert time.monotonic() < deadline, "the bridge did not connect in 15 s"
+            await pub.publish("shoed/bridge-probe", b"1", qos=1)
+            await asyncio.wait((reader,), timeout=0.2)
+
+
+def test_a_mosquitto_bridge_pair_consumer_on_one_side_only(
+        tmp_path: pathlib.Path, broker: PrivateMosquitto) -> None:
+    """The set-up docs/brokers.md recommends for two brokers: the first bridges `shoed/#`
+    both ways to the second (configured on one side only). A consumer on the second
+    alone sees the daemon's events while it is on the first (over the bridge), and after
+    the first is killed (directly); dedupe and `replay` make it exact."""
+    second = broker
+    first = PrivateMosquitto(extra_config=(
+        f"connection to-second\naddress 127.0.0.1:{second.port}\n"
+        "topic shoed/# both 1\ncleansession false\nrestart_timeout 1\n"))
+    first.start()
+
+    async def main() -> None:
+        await bridge_up(first, second)
+        async with rig(tmp_path, second, decks=1, seed=21, script=Script(pace_s=0.01, shoes=1),
+                       mqtt={"url": [first.url, second.url]}) as r:
+            consumer = r.collector  # on the second broker only
+            await wait_for(lambda: r.daemon.status.broker_url == first.url, 20,
+                           "the daemon on the first broker")
+            await wait_for(lambda: consumer.of("hand_result"), 60, "a result, bridged")
+            await wait_for(lambda: consumer.retained.get("status", {}).get("broker_url")
+                           == first.url, 10, "the bridged status names the first broker")
+            assert not consumer.of("shoe_ended")
+            first.stop(kill=True)
+            await wait_for(lambda: r.daemon.status.broker_url == second.url, 10,
+                           "the daemon on the second broker")
+            await wait_for(lambda: consumer.of("shoe_ended"), 120, "the shoe to end")
+            await wait_for(lambda: r.daemon.outbox.depth() == 0, 20, "outbox drained")
+            await wait_for(lambda: consumer.retained.get("status", {}).get("broker_url")
+                           == second.url, 10, "status names the second broker")
+            last = max(e["seq"] for e in consumer.raw_events)
+            await consumer.fill_gaps(last)
+            events = consumer.events
+            assert events[0]["seq"] == 1 and events[-1]["seq"] == last
+            check_shoe(events, r.shoe.dealt)
+    try:
+        asyncio.run(main())
+    finally:
+        first.remove()
