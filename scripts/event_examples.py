@@ -10,6 +10,9 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests")
 
 from table import CUT, UNREAD, Table
 
+from shoed.core.cards import ALL_CARDS
+from shoed.core.integrity import IntegrityThresholds
+
 
 def main() -> None:
     t = Table(table_id="T01", betting_control="commands")
@@ -28,9 +31,19 @@ def main() -> None:
     t.cmd("void_shoe", reason="marked cards")
     seen: dict[str, dict] = {}
     for event in t.events:
-        seen.setdefault(event.type, event.model_dump())
+        seen.setdefault(f"`{event.type}`", event.model_dump())
+    # The shoe-order watch on a pack in new-deck order (integrity.md section 2).
+    w = Table(table_id="T01", betting_control="none", integrity=IntegrityThresholds())
+    w.hello()
+    w.load()
+    for card in ALL_CARDS[:6]:
+        w.draw(card)
+    for event in w.events:
+        if event.type == "alarm":
+            seen.setdefault(f"`alarm` (`{event.code}`, the shoe-order watch)",
+                            event.model_dump())
     for kind, body in seen.items():
-        print(f"`{kind}`:\n```json\n{json.dumps(body)}\n```")
+        print(f"{kind}:\n```json\n{json.dumps(body)}\n```")
 
 
 if __name__ == "__main__":

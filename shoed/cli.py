@@ -363,6 +363,8 @@ def add_simulation_options(parser: argparse.ArgumentParser) -> None:
     # (the demo's --unread-rate defaults to 0.02: see its set_defaults)
     parser.add_argument("--reboot-after", type=number(int, 1, 10**9), default=None,
                         help="reboot after N cards")
+    parser.add_argument("--unshuffled", action="store_true",
+                        help="load every pack in new-deck order (the shoe-order watch's case)")
     parser.add_argument("--rfid-manifest", type=pathlib.Path, default=None,
                         help="send RFID codes; write the deck manifest (uid,card) here")
 

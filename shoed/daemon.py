@@ -55,7 +55,10 @@ class Daemon:
         self.engine_config = EngineConfig(
             table_id=settings.table.id, decks=rules.decks, table_type=rules.table_type,
             unnecessary_cards=rules.unnecessary_cards,
-            betting_control=settings.table.betting_control, paytable=rules.paytable())
+            betting_control=settings.table.betting_control, paytable=rules.paytable(),
+            integrity=settings.integrity.thresholds(),
+            on_unshuffled=settings.integrity.on_unshuffled,
+            roads_rows=settings.roads.rows, roads_tail_mode=settings.roads.tail_mode)
         self.manifest = (load_manifest(settings.cards.manifest)
                          if settings.cards.manifest else None)
 
@@ -70,10 +73,12 @@ class Daemon:
                                      transport_factory=self._transport_factory,
                                      manifest=self.manifest)
         self.desk = CommandDesk(self.recorder, self.log)
+        engine = self.recorder.engine
         self.mqtt = MqttService(self.settings, self.outbox, self.status, self.desk,
                                 self.recorder.engine.public_state,
                                 {"status": self.status.payload,
-                                 "device": self.session.device_payload}, self.log)
+                                 "device": self.session.device_payload}, self.log,
+                                roads=(lambda: engine.roads_seq, engine.roads_message))
         supervisor = self.supervisor
         self.session.on_timer_failed = self._timer_failed
         self.session.on_timer_ok = lambda: supervisor.recovered("timer")

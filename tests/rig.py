@@ -43,6 +43,7 @@ class Collector:
         self.responses: dict[str, dict[str, Any]] = {}
         self.retained: dict[str, dict[str, Any]] = {}
         self.replayed: list[dict[str, Any]] = []
+        self.roads: list[dict[str, Any]] = []  # every {root}/roads message received
         self.client: aiomqtt.Client | None = None
         self._task: asyncio.Task[None] | None = None
         self.connected = asyncio.Event()
@@ -84,8 +85,10 @@ class Collector:
             self.responses[str(data.get("request_id"))] = data
         elif leaf == "replay":
             self.replayed.append(data)
-        elif leaf in ("status", "device", "state"):
+        elif leaf in ("status", "device", "state", "roads"):
             self.retained[leaf] = data
+            if leaf == "roads":
+                self.roads.append(data)
 
     def missing(self, last_seq: int) -> list[int]:
         have = {e["seq"] for e in self.raw_events} | {e["seq"] for e in self.replayed}
@@ -168,7 +171,7 @@ async def rig(tmp_path: pathlib.Path, broker: PrivateMosquitto, script: Script |
     try:
         yield r
     finally:
-        daemon.request_stop()
+        r.daemon.request_stop()  # the test may have restarted it
         await asyncio.wait(r.tasks[1:2], timeout=10)
         for task in r.tasks:
             task.cancel()

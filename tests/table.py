@@ -17,14 +17,20 @@ from shoed.core.inputs import (
     Input,
     Tick,
 )
+from shoed.core.integrity import DETECTORS, IntegrityThresholds
 
 UNREAD = "??"
 CUT = "CUT"
+#: The shoe-order watch switched off. The dealing-rule tests deal scripted cards (ten
+#: 3C in a row, the same hand again and again) that the watch rightly calls
+#: unshuffled; a test of the watch passes `integrity=IntegrityThresholds()` (or its own).
+WATCH_OFF = IntegrityThresholds(**dict.fromkeys(DETECTORS, 0))
 
 
 class Table:
     def __init__(self, **config: Any) -> None:
         config.setdefault("table_id", "T1")
+        config.setdefault("integrity", WATCH_OFF)
         self.engine = Engine(EngineConfig(**config), instance_id="i1")
         self.t = 1_800_000_000.0
         self.pull_id = 0

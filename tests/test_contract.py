@@ -176,9 +176,12 @@ def test_real_messages_validate_now_and_against_the_previous_release(
     seen = asyncio.run(main())
     events_now, events_old = validator(document["events"]), validator(old["events"])
     kinds = set()
+    old_kinds = {d["properties"]["type"]["const"] for d in old["events"]["$defs"].values()
+                 if "const" in d.get("properties", {}).get("type", {})}
     for e in seen["events"]:
         events_now.validate(e)
-        events_old.validate(_project(e, old["events"], old["events"]))
+        if e["type"] in old_kinds:  # an event type added since has no old schema to meet
+            events_old.validate(_project(e, old["events"], old["events"]))
         kinds.add(e["type"])
     assert {"shoe_started", "card", "hand_result", "shoe_ended"} <= kinds
     validator(document["state"]).validate(seen["retained"]["state"])

@@ -69,6 +69,7 @@ def test_a_phase_step_outside_the_table_is_an_engine_error(
     after = table.engine.state.model_dump()
     for key in ("seq", "alarm_counter", "pull_arrivals"):
         before.pop(key), after.pop(key)
+    assert after["shoe"]["report"]["alarms"].pop("engine_error") == 1  # the report counts it
     assert after == before
 
 

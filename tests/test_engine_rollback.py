@@ -16,6 +16,9 @@ def _state(engine: Engine) -> dict[str, Any]:
     # The engine_error alarm itself takes a seq and an alarm id; the rest must not move.
     for key in ("seq", "alarm_counter"):
         state.pop(key)
+    shoe = state["shoe"]
+    if shoe is not None and shoe["report"] is not None:  # the shoe report counts it
+        shoe["report"]["alarms"].pop("engine_error", None)
     return state
 
 

@@ -45,7 +45,8 @@ def test_new_shoe_refused_in_play_and_forced() -> None:
     m = table.mark()
     out = table.cmd("new_shoe", force=True)
     assert out.ok
-    assert table.types(m) == ["shoe_voided", "shoe_started", "supervisor_action"]
+    assert table.types(m) == ["shoe_voided", "shoe_report", "shoe_started",
+                              "supervisor_action"]
     assert table.of("shoe_voided", m)[0].reason == "replaced"
 
 
@@ -226,7 +227,7 @@ def test_cut_card_mid_hand_makes_it_the_last() -> None:
     assert table.of("last_hand", m)[0].hand_no == 1
     for card in STAND_HAND[2:]:
         table.draw(card)
-    assert table.types()[-2:] == ["hand_result", "shoe_ended"]
+    assert table.types()[-3:] == ["hand_result", "shoe_ended", "shoe_report"]
     m = table.mark()
     table.draw("QS")
     assert positions(table, m) == [("after_shoe_end", "QS")]
@@ -242,7 +243,7 @@ def test_cut_card_between_hands_commands_mode_unnecessary_become_after_end() -> 
     table.draw("8S")  # unnecessary: next burn
     m = table.mark()
     table.draw(CUT)
-    assert table.types(m) == ["last_hand", "shoe_ended", "card", "procedure"]
+    assert table.types(m) == ["last_hand", "shoe_ended", "card", "procedure", "shoe_report"]
     assert table.of("last_hand", m)[0].hand_no == 1
     assert positions(table, m) == [("after_shoe_end", "8S")]
 
@@ -274,7 +275,8 @@ def test_cut_card_command_for_shoes_without_sensor() -> None:
     assert table.cmd("cut_card").error.code == "no_shoe"  # type: ignore[union-attr]
     table = ready()
     assert table.cmd("cut_card").ok
-    assert table.types()[-3:] == ["last_hand", "shoe_ended", "supervisor_action"]
+    assert table.types()[-4:] == ["last_hand", "shoe_ended", "supervisor_action",
+                                 "shoe_report"]
 
 
 # -- rule 10: holds ------------------------------------------------------------------------
@@ -443,13 +445,14 @@ def test_void_shoe_and_end_shoe() -> None:
     assert table.cmd("end_shoe").ok  # a repeat answers ok
     for card in STAND_HAND:
         table.draw(card)
-    assert table.types()[-2:] == ["hand_result", "shoe_ended"]
+    assert table.types()[-3:] == ["hand_result", "shoe_ended", "shoe_report"]
     assert table.cmd("void_shoe", reason="x").error.code == "no_shoe"  # type: ignore[union-attr]
     other = ready()
     other.draw("9S")
     m = other.mark()
     assert other.cmd("void_shoe", reason="marked cards").ok
-    assert other.types(m) == ["hand_voided", "shoe_voided", "supervisor_action"]
+    assert other.types(m) == ["hand_voided", "shoe_voided", "supervisor_action",
+                              "shoe_report"]
 
 
 def test_realign_voids_interrupted_hand_and_deals_on() -> None:

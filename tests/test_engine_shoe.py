@@ -85,7 +85,7 @@ def test_cut_card_between_hands_ends_shoe() -> None:
     table = Table(betting_control="none")
     deal_shoe(table, shuffled(1, 3), False, cut_at=20)
     types = table.types()
-    assert types[-2:] == ["last_hand", "shoe_ended"]
+    assert types[-3:] == ["last_hand", "shoe_ended", "shoe_report"]
     assert table.state["shoe_state"] == "shoe_ended"
 
 

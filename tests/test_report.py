@@ -65,7 +65,8 @@ def test_report_of_a_scripted_shoe() -> None:
     assert "shoe_ended" in table.types()
     assert len(reporter.reports) == 1
     body = reporter.reports[0]
-    event = ev.ShoeReport(event_id="T1-i1-99", seq=99, instance="i1", ts="2027-01-01T00:00:00.000Z",
+    event = ev.ShoeReport(event_id="T1-i1-99", seq=99, instance="i1",
+                          ts="2027-01-01T00:00:00.000Z",
                           table_id="T1", shoe_id=table.of("shoe_started")[0].shoe_id,
                           hand_no=None, **body)  # the event model takes the body as is
     assert event.type == "shoe_report"
@@ -94,13 +95,13 @@ def test_report_of_a_scripted_shoe() -> None:
 
 def test_report_counts_integrity_alarms_and_excess_cards() -> None:
     builder = ShoeReportBuilder(shoe_id="S1", decks=1)
-    base = {"table_id": "T1", "shoe_id": "S1", "hand_no": None, "ts": "t", "instance": "i1"}
+    base = {"table_id": "T1", "shoe_id": "S1", "hand_no": None, "ts": "t"}
     n = 0
 
     def emit(cls: type[ev.EventBase], **fields: Any) -> None:
         nonlocal n
         n += 1
-        builder.observe(cls(event_id=f"e{n}", seq=n, **{**base, **fields}), float(n))
+        builder.observe(cls(event_id=f"e{n}", seq=n, instance="i1", **{**base, **fields}), float(n))
 
     emit(ev.ShoeStarted, decks=1, table_type="commission", unnecessary_cards="burn_then_void",
          betting_control="none", trigger="new_shoe")

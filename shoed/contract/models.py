@@ -11,14 +11,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from shoed.core import commands as core_commands
+
 # Every `error.code` an answer can carry (mqtt-api.md section 4, integrity.md section 2).
-ERROR_CODES: tuple[str, ...] = (
-    "invalid_json", "invalid_command", "unknown_command", "forbidden", "request_id_conflict",
-    "retained_command_ignored", "storage_failed", "shoe_in_play", "betting_control_none",
-    "not_between_hands", "wrong_hand", "shoe_ended", "unknown_card", "hand_resolved",
-    "bad_card", "not_held", "card_unknown", "unknown_hand", "already_voided", "no_shoe",
-    "out_of_range", "unknown_alarm", "not_ackable",
-)
+ERROR_CODES = core_commands.ERROR_CODES  # one list: shoed/core/commands.py
 
 # Alarm codes known today. The list is open (a new detector adds a code): the schema
 # gives these as examples and a pattern, not as an enum (docs/decisions.md).

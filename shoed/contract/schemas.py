@@ -128,9 +128,8 @@ def roads_schema() -> dict[str, Any]:
     for name in ("Roads", "RoadsBoard", "RoadsSnapshot", "RoadsMessage"):
         model = getattr(module, name, None)
         if isinstance(model, type) and issubclass(model, BaseModel):
-            schema = copy.deepcopy(model.model_json_schema(ref_template=DEFS_REF + "{model}"))
-            schema.pop("$defs", None)  # nested defs are merged by definitions()
-            return schema
+            # Its nested models stay under "$defs": definitions() hoists them.
+            return copy.deepcopy(model.model_json_schema(ref_template=DEFS_REF + "{model}"))
     cell = {"type": "object", "required": ["col", "row"],
             "properties": {"col": {"type": "integer", "minimum": 0},
                            "row": {"type": "integer", "minimum": 0}}}
@@ -251,7 +250,10 @@ def definitions() -> dict[str, Any]:
     defs["Status"]["properties"]["ts"]["description"] = (
         "host time of this status, seconds since the Unix epoch (a number, not a string)")
 
-    defs["Roads"] = roads_schema()
+    roads = roads_schema()
+    for name, schema in roads.pop("$defs", {}).items():
+        defs.setdefault(name, schema)
+    defs["Roads"] = roads
     _walk(defs, _strip_discriminator)
     return defs
 

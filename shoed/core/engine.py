@@ -32,6 +32,14 @@ Invariants:
   pending, and placing cards never depends on the order items arrived in;
 - a result is published exactly once, when the hand is complete and no hold is active,
   by :meth:`Engine._hand_resolved` (the one place a result is recorded);
+- the shoe-order watch (:mod:`.integrity`) sees every card of the shoe in play once, in
+  that order, in :meth:`Engine._deal` before the card is placed (its hold is there before
+  the card could complete a hand); the shoe report (:mod:`.report`) observes every event
+  of its shoe in :meth:`Engine._emit`, and follows the input that ended the shoe;
+- the scoreboard's input (``EngineState.roads``: the shoe's standing results) changes
+  only with a ``shoe_started``, ``hand_result`` or ``hand_voided`` event, in
+  :meth:`Engine._emit`; ``Output.roads_changed`` says so, :meth:`Engine.roads_message`
+  gives the board;
 - a refused command changes nothing and is answered with a stable error code;
 - no exception escapes :meth:`Engine.handle`: an internal fault is answered as an
   ``engine_error`` alarm, and the state stays as it was before that input.
@@ -54,7 +62,7 @@ from firmware_protocol.messages import FAULT_NAMES, Capability, FaultCode
 from . import commands as cmd
 from . import events as ev
 from . import pulls
-from .cards import commencement_count, parse_card
+from .cards import commencement_count, parse_card, value
 from .checkpoint import Checkpoint, take
 from .config import EngineConfig
 from .errors import CardNotationError
@@ -73,6 +81,9 @@ from .inputs import (
     StorageStatus,
     Tick,
 )
+from .integrity import IntegrityAlarm, IntegrityWatch
+from .report import ShoeReportBuilder
+from .roads import HandOutcome, RoadsFeed
 from .state import (
     FINISHED_PHASES,
     AlarmState,
@@ -82,9 +93,11 @@ from .state import (
     Phase,
     PullBuffer,
     PullItem,
+    RoadsState,
     ShoeState,
 )
 from .view import (
+    UNSHUFFLED,
     Hold,
     active_holds,
     gate_locked,
@@ -128,7 +141,17 @@ PHASE_STEPS: dict[Phase, frozenset[Phase]] = {
     "shoe_voided": frozenset(),
 }
 
+#: Hand records kept for `recall` (its `hands` goes up to this): the last 100 hands,
+#: across shoes. The scoreboard does not depend on it: the current shoe's standing
+#: results are kept whole in `EngineState.roads` (docs/decisions.md, "Roads and
+#: integrity in the engine").
 RECORDS_KEPT = 100
+#: Shoe reports kept for `recall`: those of shoes `records` still holds hands of, at most.
+SHOE_REPORTS_KEPT = 20
+#: The events that change the scoreboard (roads.md section 7).
+ROADS_EVENTS = frozenset({"shoe_started", "hand_result", "hand_voided"})
+#: Alarm keys of the shoe-order watch's held alarms (one per detector).
+INTEGRITY_KEY = "integrity:"
 # The capability bits as plain ints: `int & IntFlag` runs Python code, twice per input.
 _GATE = Capability.EXIT_GATE.value
 _INDICATOR = Capability.INDICATOR_LIGHT.value
@@ -163,6 +186,9 @@ class Output:
     ok: bool | None = None  # None: the input was not a command
     error: CommandError | None = None
     result: Any = None
+    #: the scoreboard changed in this input (a shoe_started, hand_result or hand_voided):
+    #: republish Engine.roads_message() on `{root}/roads` after its events
+    roads_changed: bool = False
 
 
 class Refused(Exception):
@@ -200,6 +226,13 @@ class Engine:
         self._state = state or EngineState(instance_id=instance_id)
         self._out = Output()
         self._at = 0.0
+        self._mono = 0.0  # the input's uptime reading (its `at` when it has none)
+        # The scoreboard of the current shoe, built from `state.roads` (the object it was
+        # built from beside it: a restore or a roll-back gives a new one, and a rebuild).
+        self._feed: RoadsFeed | None = None
+        self._feed_for: RoadsState | None = None
+        if state is not None and "roads" not in state.model_fields_set:
+            self._roads_from_records()  # a snapshot from before the roads were kept
         #: Restores the state from before the latest handle(): the shell gives it to
         #: roll_back() when the journal cannot store what that input did (memory must not
         #: run ahead of disk).
@@ -236,11 +269,13 @@ class Engine:
         self.last_rollback = rollback
         self._out = Output()
         self._at = inp.at
+        self._mono = inp.mono if inp.mono is not None else inp.at
         try:
             if inp.mono is not None:
                 self._carry_over(inp)
             self._dispatch(inp)
             self._sync_alarms()
+            self._report_if_due()
             self._sync_device()
         except Refused as refusal:
             self._state = rollback()
@@ -297,6 +332,59 @@ class Engine:
     def public_state(self) -> dict[str, Any]:
         """The `{root}/state` snapshot of mqtt-api.md section 3."""
         return public_state(self.config, self._state)
+
+    @property
+    def roads_seq(self) -> int:
+        """The last event the scoreboard reflects (its `seq`): it changed when this did."""
+        return self._state.roads.seq
+
+    def roads_message(self) -> dict[str, Any]:
+        """The `{root}/roads` message of roads.md section 7 for the current shoe."""
+        return self._roads().message()
+
+    # -- the scoreboard -------------------------------------------------------------------
+
+    def _roads(self) -> RoadsFeed:
+        roads = self._state.roads
+        if self._feed is None or self._feed_for is not roads:
+            cfg = self.config
+            self._feed = RoadsFeed.restore(roads.model_dump(), rows=cfg.roads_rows,
+                                           tail_mode=cfg.roads_tail_mode)
+            self._feed_for = roads
+        return self._feed
+
+    def _roads_apply(self, event: ev.EventBase) -> None:
+        feed = self._roads()
+        if not feed.apply(event):
+            return
+        roads = self._state.roads
+        if isinstance(event, ev.HandResultEvent) and roads.shoe_id == event.shoe_id:
+            roads.results.append(feed.board.results[-1].as_dict())
+        else:
+            roads.results = [r.as_dict() for r in feed.board.results]
+        roads.shoe_id, roads.seq = feed.board.shoe_id, feed.seq
+        self._out.roads_changed = True
+
+    def _roads_from_records(self) -> None:
+        """The standing results of the current shoe from its hand records (a snapshot
+        written before `roads` existed; records hold the last 100 hands)."""
+        state, shoe = self._state, self._state.shoe
+        if shoe is None:
+            return
+        results: list[dict[str, Any]] = []
+        for record in state.records:
+            result = record.get("result")
+            if record.get("shoe_id") != shoe.shoe_id or not result or record.get("voided"):
+                continue
+            pc, bc = result["player_cards"], result["banker_cards"]
+            natural = any(len(c) >= 2 and (value(c[0]) + value(c[1])) % 10 >= 8
+                          for c in (pc, bc))
+            results.append(HandOutcome(
+                hand_no=record["hand_no"], winner=result["winner"],
+                player_pair=len(pc) >= 2 and pc[0][0] == pc[1][0],
+                banker_pair=len(bc) >= 2 and bc[0][0] == bc[1][0],
+                natural=natural).as_dict())
+        state.roads = RoadsState(shoe_id=shoe.shoe_id, seq=state.seq, results=results)
 
     # -- clocks -----------------------------------------------------------------------------
 
@@ -368,6 +456,10 @@ class Engine:
             table_id=self.config.table_id, **fields,
         )
         self._out.events.append(event)
+        if shoe is not None and shoe.report is not None:
+            shoe.report.observe(event, self._mono)
+        if event.type in ROADS_EVENTS:
+            self._roads_apply(event)
 
     def _procedure(self, rule: str, action: str, cards: list[CardRec],
                    detail: str | None = None, hand_no: int | None = None) -> None:
@@ -404,16 +496,19 @@ class Engine:
     # -- alarms ---------------------------------------------------------------------------
 
     def _alarm_raise(self, key: str, code: str, message: str, card_index: int | None = None,
-                     fault_code: int | None = None) -> None:
+                     fault_code: int | None = None, *, detector: str | None = None,
+                     cards: list[dict[str, Any]] | None = None, ackable: bool = False) -> None:
         state = self._state
         if any(a.key == key for a in state.alarms):
             return
         state.alarm_counter += 1
         alarm_id = f"{self.config.table_id}-{state.instance_id}-A{state.alarm_counter}"
         state.alarms.append(AlarmState(alarm_id=alarm_id, code=code, since=iso(self._at),
-                                       key=key, card_index=card_index, fault_code=fault_code))
+                                       key=key, card_index=card_index, fault_code=fault_code,
+                                       detector=detector, ackable=ackable))
         self._emit(ev.Alarm, alarm_id=alarm_id, code=code, active=True, message=message,
-                   card_index=card_index, fault_code=fault_code)
+                   card_index=card_index, fault_code=fault_code, detector=detector,
+                   cards=cards)
 
     def _alarm_clear(self, key: str, message: str = "cleared") -> None:
         for alarm in list(self._state.alarms):
@@ -421,21 +516,23 @@ class Engine:
                 self._state.alarms.remove(alarm)
                 self._emit(ev.Alarm, alarm_id=alarm.alarm_id, code=alarm.code, active=False,
                            message=message, card_index=alarm.card_index,
-                           fault_code=alarm.fault_code)
+                           fault_code=alarm.fault_code, detector=alarm.detector)
 
-    def _alarm_momentary(self, code: str, message: str, card_index: int | None = None) -> None:
+    def _alarm_momentary(self, code: str, message: str, card_index: int | None = None, *,
+                         detector: str | None = None,
+                         cards: list[dict[str, Any]] | None = None) -> None:
         state = self._state
         state.alarm_counter += 1
         alarm_id = f"{self.config.table_id}-{state.instance_id}-A{state.alarm_counter}"
         self._emit(ev.Alarm, alarm_id=alarm_id, code=code, active=True, message=message,
-                   card_index=card_index, momentary=True)
+                   card_index=card_index, momentary=True, detector=detector, cards=cards)
 
     @staticmethod
     def _hold_alarm_wanted(detail: list[Hold]) -> dict[str, tuple[str, int | None, str]]:
         wanted: dict[str, tuple[str, int | None, str]] = {}
         for reason, card in detail:
-            if reason == "cover_open":
-                continue  # the device_fault alarm (code 3) says it
+            if reason in ("cover_open", UNSHUFFLED):
+                continue  # the device_fault alarm (code 3) says it; the watch's own alarm
             key = f"hold:{reason}:{card.card_index if card else ''}"
             where = f"card {card.card_index}" if card else "the hand"
             wanted[key] = (reason, card.card_index if card else None,
@@ -469,6 +566,68 @@ class Engine:
             if force or pattern != self._state.indicator_sent:
                 self._state.indicator_sent = pattern
                 self._out.device.append(DeviceRequest("indicator", pattern))
+
+    # -- the shoe-order watch and the shoe report ----------------------------------------------
+
+    def _watch(self, card: CardRec) -> None:
+        """Feed the shoe-order watch (integrity.md section 1) one card of the shoe in
+        play, before it is placed: a hold it raises is there before the card could
+        complete a hand. Unread and foreign cards go in as unknown."""
+        shoe = self._state.shoe
+        if shoe is None or shoe.phase in FINISHED_PHASES:
+            return
+        watch = shoe.integrity
+        if watch is None:  # a shoe begun before the watch existed: watched from here
+            watch = shoe.integrity = self._new_watch()
+        for alarm in watch.feed(card.card, card.card_index):
+            self._integrity_alarm(shoe, alarm)
+
+    def _new_watch(self) -> IntegrityWatch:
+        return IntegrityWatch(decks=self.config.decks, thresholds=self.config.integrity,
+                              previous_shoe_order=list(self._state.previous_shoe_order))
+
+    def _integrity_alarm(self, shoe: ShoeState, alarm: IntegrityAlarm) -> None:
+        if alarm.kind == "shoe_order_suspect":  # the preliminary notice: momentary
+            self._alarm_momentary(alarm.kind, alarm.message, card_index=alarm.card_index,
+                                  detector=alarm.detector, cards=list(alarm.cards))
+            return
+        hold = self.config.on_unshuffled == "hold"
+        if hold:
+            shoe.integrity_hold = True
+        message = alarm.message + ("; the game is held (resume, void_hand or void_shoe)"
+                                   if hold else "; dealing goes on (ack_alarm clears it)")
+        self._alarm_raise(f"{INTEGRITY_KEY}{alarm.detector}", alarm.kind, message,
+                          card_index=alarm.card_index, detector=alarm.detector,
+                          cards=list(alarm.cards), ackable=not hold)
+
+    def _clear_integrity(self, message: str) -> None:
+        """The watch's hold and its held alarms end (resume, the shoe's end or void)."""
+        shoe = self._state.shoe
+        if shoe is not None:
+            shoe.integrity_hold = False
+        for alarm in list(self._state.alarms):
+            if alarm.key.startswith(INTEGRITY_KEY):
+                self._alarm_clear(alarm.key, message)
+
+    def _shoe_over(self, shoe: ShoeState, message: str) -> None:
+        """The shoe ended or was voided: its dealt order becomes the previous shoe's
+        (if it had cards dealt) and the watch's alarms clear."""
+        if shoe.integrity is not None and shoe.integrity.cards:
+            self._state.previous_shoe_order = shoe.integrity.dealt_order()
+        self._clear_integrity(message)
+
+    def _report_if_due(self) -> None:
+        """The shoe_report (integrity.md section 3), once the shoe ended or was voided:
+        after the events of the input that ended it, before any later shoe's."""
+        state = self._state
+        shoe = state.shoe
+        if shoe is None or shoe.report is None or not shoe.report.finished:
+            return
+        self._emit(ev.ShoeReport, hand_no=None, **shoe.report.build())
+        report = self._out.events[-1].model_dump(mode="json")
+        kept = {r["shoe_id"] for r in state.records}
+        older = [r for r in state.shoe_reports if r["shoe_id"] in kept]
+        state.shoe_reports = [*older, report][-SHOE_REPORTS_KEPT:]
 
     # -- holds ----------------------------------------------------------------------------
 
@@ -552,10 +711,15 @@ class Engine:
         if state.shoe is not None and state.shoe.phase not in FINISHED_PHASES:
             raise RuntimeError(f"expected no shoe in play for a new shoe, got "
                                f"{state.shoe.shoe_id} in {state.shoe.phase}")
+        self._report_if_due()  # the shoe just voided (new_shoe force) reports first
+        self._clear_integrity("a new shoe")
         state.shoe_counter += 1
         stamp = dt.datetime.fromtimestamp(self._at, dt.UTC).strftime("%Y%m%dT%H%M%S")
         shoe_id = f"{self.config.table_id}-{stamp}-{state.instance_id}-{state.shoe_counter}"
-        state.shoe = ShoeState(shoe_id=shoe_id, phase="commencement")
+        state.shoe = ShoeState(shoe_id=shoe_id, phase="commencement",
+                               integrity=self._new_watch(),
+                               report=ShoeReportBuilder(shoe_id=shoe_id,
+                                                        decks=self.config.decks))
         cfg = self.config
         self._emit(ev.ShoeStarted, decks=cfg.decks, table_type=cfg.table_type,
                    unnecessary_cards=cfg.unnecessary_cards,
@@ -639,6 +803,7 @@ class Engine:
         """Every card that leaves the shoe passes here once, in procedure order (its
         card_index given, its read status known), before it is counted and placed."""
         self._count(card)
+        self._watch(card)
         self._route(card, surplus=surplus)
 
     def _resolutions(self) -> int:
@@ -886,6 +1051,7 @@ class Engine:
         shoe.betting = None
         self._emit(ev.ShoeEnded, hand_no=None, hands_played=shoe.hands_played,
                    hands_voided=shoe.hands_voided)
+        self._shoe_over(shoe, "the shoe ended")
         for card in leftovers:
             self._after_end(card)
 
@@ -911,6 +1077,7 @@ class Engine:
         self._enter(shoe, "shoe_voided")
         shoe.betting = None
         self._emit(ev.ShoeVoided, hand_no=None, reason=reason, operator=operator)
+        self._shoe_over(shoe, "the shoe was voided")
 
     # -- the cut card -----------------------------------------------------------------------
 
@@ -1070,6 +1237,8 @@ class Engine:
             shoe.hand.holds.clear()
             for card in shoe.hand.cards:
                 card.flags_cleared = True
+        if shoe.integrity_hold:  # a supervisor looked and lets the shoe go on
+            self._clear_integrity(f"resumed by {c.operator}")
         self._advance()
         return {"resumed": sorted({r for r, _ in holds})}
 
@@ -1172,7 +1341,26 @@ class Engine:
         return {}
 
     def _cmd_recall(self, c: cmd.Recall) -> dict[str, Any]:
-        return {"hands": list(reversed(self._state.records[-c.hands:]))}
+        hands = list(reversed(self._state.records[-c.hands:]))
+        shoes = {h["shoe_id"] for h in hands}
+        reports = [r for r in reversed(self._state.shoe_reports) if r["shoe_id"] in shoes]
+        return {"hands": hands, "shoe_reports": reports}
+
+    def _cmd_roads(self, c: cmd.Roads) -> dict[str, Any]:
+        return self.roads_message()
+
+    def _cmd_ack_alarm(self, c: cmd.AckAlarm) -> dict[str, Any]:
+        alarms = self._state.alarms
+        alarm = next((a for a in alarms if a.alarm_id == c.alarm_id), None)
+        if alarm is None:
+            active = ", ".join(f"{a.alarm_id} ({a.code})" for a in alarms) or "none"
+            raise Refused("unknown_alarm", f"no active alarm {c.alarm_id}; active: {active}")
+        if not alarm.ackable:
+            raise Refused("not_ackable", f"alarm {c.alarm_id} ({alarm.code}) is resolved by "
+                                         f"the rules (its hold, the device or the journal), "
+                                         f"not acknowledged")
+        self._alarm_clear(alarm.key, f"acknowledged by {c.operator}")
+        return {"alarm_id": alarm.alarm_id, "code": alarm.code}
 
 
 #: How the engine answers each command it handles (``replay`` is the shell's: it reads
@@ -1190,4 +1378,6 @@ COMMAND_HANDLERS: dict[str, CommandHandler] = {
     "cut_card": Engine._cmd_cut_card,
     "report_misorder": Engine._cmd_report_misorder,
     "recall": Engine._cmd_recall,
+    "roads": Engine._cmd_roads,
+    "ack_alarm": Engine._cmd_ack_alarm,
 }

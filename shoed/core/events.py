@@ -208,6 +208,8 @@ class StateAlarm(_StateModel):
     since: str
     card_index: int | None
     fault_code: int | None
+    detector: str | None = None  # shoe_unshuffled: the detector that raised it
+    ackable: bool = False  # ack_alarm clears it (integrity.md section 2)
 
 
 class StateNextHand(_StateModel):

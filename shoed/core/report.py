@@ -21,17 +21,12 @@ HAND_POSITIONS = frozenset({"burn", "P1", "B1", "P2", "B2", "P3", "B3"})
 INTEGRITY_CODES = frozenset({"shoe_unshuffled", "shoe_order_suspect"})
 
 
-class ReportCard(BaseModel):
-    """The latest that the card events said of one card, and when it was first seen."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    card: str | None
-    read: str
-    position: str | None
-    hand_no: int | None
-    at: float  # monotonic seconds when it was first seen (drawn)
-    unread: bool  # it left the shoe unread (or foreign), whatever was entered later
+#: What the builder keeps of one card: the latest that the card events said of it, and
+#: when it was first seen. A plain tuple, not a model: the engine's state is pickled
+#: before every card (its rollback checkpoint), and a shoe has 400 of these.
+#: (card, read, position, hand_no, at: monotonic seconds first seen, unread: it left
+#: the shoe unread or foreign, whatever was entered later)
+ReportCard = tuple[str | None, str, str | None, int | None, float, bool]
 
 
 class ShoeReportBuilder(BaseModel):
@@ -66,11 +61,12 @@ class ShoeReportBuilder(BaseModel):
             if event.card_index is None:
                 return
             known = self.cards.get(event.card_index)
-            self.cards[event.card_index] = ReportCard(
-                card=event.card, read=event.read, position=event.position,
-                hand_no=event.hand_no, at=mono if known is None else known.at,
-                unread=(event.read in ("unread", "foreign")) if known is None
-                else known.unread or event.read in ("unread", "foreign"))
+            unread = event.read in ("unread", "foreign")
+            first_seen = mono
+            if known is not None:
+                first_seen, unread = known[4], known[5] or unread
+            self.cards[event.card_index] = (event.card, event.read, event.position,
+                                            event.hand_no, first_seen, unread)
         elif isinstance(event, ev.HandResultEvent):
             if event.hand_no is not None:
                 self.results[event.hand_no] = event.winner
@@ -99,16 +95,16 @@ class ShoeReportBuilder(BaseModel):
         first_hand: float | None = None
         last_hand: float | None = None
         for card in self.cards.values():
-            by_position[_group(card)] += 1
-            unread += card.unread
-            manual += card.read == "manual"
-            if card.card is not None:
-                composition[card.card] = composition.get(card.card, 0) + 1
-            if card.hand_no is not None and (card.position in HAND_POSITIONS
-                                             or card.position is None):
-                if card.hand_no == 1:
-                    first_hand = card.at if first_hand is None else min(first_hand, card.at)
-                last_hand = card.at if last_hand is None else max(last_hand, card.at)
+            name, read, position, hand_no, at, was_unread = card
+            by_position[_group(position, hand_no)] += 1
+            unread += was_unread
+            manual += read == "manual"
+            if name is not None:
+                composition[name] = composition.get(name, 0) + 1
+            if hand_no is not None and (position in HAND_POSITIONS or position is None):
+                if hand_no == 1:
+                    first_hand = at if first_hand is None else min(first_hand, at)
+                last_hand = at if last_hand is None else max(last_hand, at)
         over = sorted(c for c, n in composition.items() if n > self.decks)
         start = self.started_mono if self.started_mono is not None else 0.0
         end = self.ended_mono if self.ended_mono is not None else start
@@ -142,11 +138,10 @@ class ShoeReportBuilder(BaseModel):
         }
 
 
-def _group(card: ReportCard) -> str:
-    position = card.position
+def _group(position: str | None, hand_no: int | None) -> str:
     if position is not None and position in POSITION_GROUPS:
         return position
-    if position is None and card.hand_no is None:
+    if position is None and hand_no is None:
         return "commencement_burn"  # drawn in commencement, never placed (shoe voided)
     return "hand"  # P1..B3, or pending in a hand that was voided
 

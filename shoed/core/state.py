@@ -17,6 +17,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from .inputs import DeviceItem
+from .integrity import IntegrityWatch
+from .report import ShoeReportBuilder
 
 Phase = Literal["commencement", "between_hands", "dealing", "shoe_ended", "shoe_voided"]
 #: The phases of a shoe that is over: nothing more is dealt from it.
@@ -73,6 +75,13 @@ class ShoeState(BaseModel):
     hands_voided: int = 0
     resolved: dict[int, bool] = Field(default_factory=dict)  # hand_no -> voided?
     last_resolved: int | None = None
+    #: the shoe-order watch (integrity.md), fed every card of this shoe in procedure order
+    integrity: IntegrityWatch | None = None
+    #: a `shoe_unshuffled` hold (integrity.on_unshuffled = "hold") stands over the shoe:
+    #: the hand in progress, or the commencement or the next hand from its start
+    integrity_hold: bool = False
+    #: the shoe report (integrity.md section 3), built from this shoe's events
+    report: ShoeReportBuilder | None = None
 
 
 class PullItem(BaseModel):
@@ -96,6 +105,17 @@ class AlarmState(BaseModel):
     key: str
     card_index: int | None = None
     fault_code: int | None = None
+    detector: str | None = None  # shoe_unshuffled: the detector that raised it
+    ackable: bool = False  # cleared by ack_alarm (no rule resolves it by itself)
+
+
+class RoadsState(BaseModel):
+    """The current shoe's standing results, as :meth:`shoed.core.roads.RoadsFeed.snapshot`
+    gives them: the scoreboard is computed from these (kept for the whole shoe)."""
+
+    shoe_id: str | None = None
+    seq: int = 0  # the last event the board reflects
+    results: list[dict[str, Any]] = Field(default_factory=list)  # HandOutcome.as_dict()
 
 
 class DeviceState(BaseModel):
@@ -121,5 +141,13 @@ class EngineState(BaseModel):
     jam_since_mono: float | None = None
     storage_failed: bool = False
     records: list[dict[str, Any]] = Field(default_factory=list)
+    #: the scoreboard's input: the current shoe's standing results (roads.md)
+    roads: RoadsState = Field(default_factory=RoadsState)
+    #: the dealt order of the previous shoe (the last one that had cards dealt), for the
+    #: watch's repeat_previous_shoe detector across shoes and restarts
+    previous_shoe_order: list[str | None] = Field(default_factory=list)
+    #: the shoe_report events of recent shoes (those `records` still hold hands of), for
+    #: recall; newest last
+    shoe_reports: list[dict[str, Any]] = Field(default_factory=list)
     gate_sent: bool | None = None
     indicator_sent: int | None = None

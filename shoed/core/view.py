@@ -22,6 +22,8 @@ Hold = tuple[str, CardRec | None]
 #: Holds a supervisor's manual_card entry can settle, and those that need one first.
 ENTRY_HOLDS = frozenset({"card_unread", "foreign_card", "excess_card", "duplicate_uid"})
 UNKNOWN_CARD_HOLDS = frozenset({"card_unread", "foreign_card"})
+#: The shoe-order watch's hold (integrity.md section 2, on_unshuffled = "hold").
+UNSHUFFLED = "shoe_unshuffled"
 # The indicator patterns as plain ints (read on every input; enum access is slower).
 _OFF, _BURN, _PLAYER, _BANKER, _LAST_HAND, _STOP = (
     p.value for p in (IndicatorPattern.OFF, IndicatorPattern.BURN, IndicatorPattern.PLAYER,
@@ -116,6 +118,8 @@ def hold_detail(shoe: ShoeState | None) -> list[Hold]:
     if shoe is None or shoe.phase in FINISHED_PHASES:
         return []
     out: list[Hold] = []
+    if shoe.integrity_hold:  # integrity.md section 2: over the shoe, until resolved
+        out.append((UNSHUFFLED, None))
     if shoe.phase == "commencement":
         com = shoe.commencement
         out += [(h, None) for h in com.holds]
@@ -191,7 +195,8 @@ def public_state(config: EngineConfig, state: EngineState) -> dict[str, Any]:
         "betting": None, "hand_no": None, "last_hand": False, "cards": [],
         "pending_cards": [], "next_position": None, "commencement": None, "hold": None,
         "alarms": [{"alarm_id": a.alarm_id, "code": a.code, "since": a.since,
-                    "card_index": a.card_index, "fault_code": a.fault_code}
+                    "card_index": a.card_index, "fault_code": a.fault_code,
+                    "detector": a.detector, "ackable": a.ackable}
                    for a in state.alarms],
         "hands_played": 0, "hands_voided": 0,
         "gate_locked": gate_locked(config, state), "indicator": indicator(state),
@@ -246,5 +251,7 @@ def public_state(config: EngineConfig, state: EngineState) -> dict[str, Any]:
             allowed.insert(0, "manual_card")
         if not any(r in UNKNOWN_CARD_HOLDS for r in reasons):
             allowed.insert(0, "resume")
+        if UNSHUFFLED in reasons:
+            allowed.append("void_shoe")  # integrity.md section 2
         public["hold"] = {"reasons": reasons, "card_index": card_index, "allowed": allowed}
     return public

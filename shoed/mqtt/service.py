@@ -48,7 +48,9 @@ CONFLICT_BACKOFF_S = 10.0  # another daemon holds the root: look again this much
 class MqttService:
     def __init__(self, settings: Settings, outbox: Outbox, status: TableStatus,
                  desk: CommandDesk, state: Callable[[], dict[str, Any]],
-                 retained: dict[str, Callable[[], dict[str, Any]]], log: Any) -> None:
+                 retained: dict[str, Callable[[], dict[str, Any]]], log: Any,
+                 roads: tuple[Callable[[], int], Callable[[], dict[str, Any]]] | None = None
+                 ) -> None:
         self.settings = settings
         self.root = settings.topic_root
         self.brokers = BrokerList.of(settings.mqtt.urls)  # mqtt.url: one, or a list
@@ -57,6 +59,9 @@ class MqttService:
         self.desk = desk
         self.state = state
         self.retained = retained  # leaf under {root} -> its body, republished on change
+        # The scoreboard (roads.md section 7): the seq it reflects, and its body.
+        self.roads = roads
+        self._roads_seq: int | None = None
         self.log = log
         self.client: aiomqtt.Client | None = None
         self.connects = 0
@@ -240,15 +245,24 @@ class MqttService:
             await self._publish_state(client)
 
     async def _publish_state(self, client: aiomqtt.Client) -> None:
+        """The retained snapshots (`state`, `roads`) once they changed, after the events
+        they reflect were published (the publisher calls this after each batch)."""
         state = self.state()
         if state.get("seq") != self._state_seq:
             await client.publish(f"{self.root}/state", json.dumps(state), qos=1, retain=True)
             self._state_seq = state.get("seq")
+        if self.roads is not None:
+            seq, body = self.roads
+            if seq() != self._roads_seq:
+                board = body()
+                await client.publish(f"{self.root}/roads", json.dumps(board), qos=1,
+                                     retain=True)
+                self._roads_seq = board["seq"]
 
     async def publish_retained(self, client: aiomqtt.Client) -> None:
         for leaf, body in self.retained.items():
             await client.publish(f"{self.root}/{leaf}", json.dumps(body()), qos=1, retain=True)
-        self._state_seq = None
+        self._state_seq = self._roads_seq = None
         await self._publish_state(client)
 
     async def _republish_soon(self, client: aiomqtt.Client) -> None:

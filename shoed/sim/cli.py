@@ -19,6 +19,7 @@ def build_shoe(args: argparse.Namespace, now: float, default_pace: float = 1.0
         unread_rate=args.unread_rate, noise_rate=args.noise_rate,
         duplicate_rate=args.duplicate_rate, truncate_rate=args.truncate_rate,
         reboot_after_cards=args.reboot_after, shoes=args.shoes,
+        unshuffled=getattr(args, "unshuffled", False),
     )
     if args.rfid_manifest is not None:
         uids, csv_text = rfid_manifest(args.decks)

@@ -155,6 +155,7 @@ class Script:
     # After an unread card the dealer loads no new shoe (even if that card ended this one)
     # until the gate opens or `SimulatedShoe.release()` says the hold was resolved.
     wait_for_release: bool = False
+    unshuffled: bool = False  # every pack in new-deck order (the shoe-order watch's case)
 
 
 @dataclass
@@ -267,8 +268,9 @@ class SimulatedShoe:
     # -- the dealer ---------------------------------------------------------------------
 
     def _new_shoe(self, now: float) -> None:
-        shoe = list(ALL_CARDS) * self.decks
-        self.rng.shuffle(shoe)
+        shoe = list(ALL_CARDS) * self.decks  # new-deck order: AS..KS, AH..KH, AD.., AC..
+        if not self.script.unshuffled:
+            self.rng.shuffle(shoe)
         shoe.insert(max(1, len(shoe) - self.script.cut_card_from_end), CUT)
         self._shoe = shoe
         self.card_index = 0
