@@ -360,7 +360,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def add_feed_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--url", default="mqtt://127.0.0.1:1883", help="the broker")
+    parser.add_argument("--url", default="mqtt://127.0.0.1:1883",
+                        help="the broker, or several comma-separated to fail over between")
     parser.add_argument("--prefix", default="shoed", help="topic roots are <prefix>/<table>")
     parser.add_argument("--username", default=None)
     parser.add_argument("--password-file", type=pathlib.Path, default=None)

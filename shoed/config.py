@@ -29,6 +29,7 @@ from .core.commands import ROLES, ParseLimits, Role
 from .core.errors import CardNotationError, ShoedError
 from .core.integrity import IntegrityThresholds
 from .core.paytable import EZ_SIDE_BETS, SIDE_BETS, PayTable, SideBet
+from .mqtt.brokers import BrokerUrl, parse_broker_url, split_urls
 
 
 class ConfigError(ShoedError):
@@ -65,7 +66,8 @@ class DeviceSection(Section):
 
 
 class MqttSection(Section):
-    url: str = Field(default="mqtt://127.0.0.1:1883", pattern=r"^mqtts?://[^/:]+(:\d+)?/?$")
+    # One broker, or a list to fail over between (TOML list, or comma-separated).
+    url: str | list[str] = "mqtt://127.0.0.1:1883"
     topic_prefix: str | None = None
     username: str | None = None
     password_file: pathlib.Path | None = None
@@ -87,15 +89,52 @@ class MqttSection(Section):
             raise ValueError(problem)
         return value
 
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str | list[str]) -> str | list[str]:
+        entries = split_urls(value)
+        if not entries:
+            raise ValueError("expected at least one broker URL")
+        parsed: list[BrokerUrl] = []
+        for n, entry in enumerate(entries, start=1):
+            where = f"entry {n} of {len(entries)}: " if len(entries) > 1 else ""
+            if not entry:
+                raise ValueError(f"{where}empty (a stray comma?)")
+            try:
+                parsed.append(parse_broker_url(entry))
+            except ValueError as error:
+                raise ValueError(f"{where}{error}") from None
+        seen: set[tuple[str, int]] = set()
+        for n, broker in enumerate(parsed, start=1):
+            if broker.host_port in seen:
+                raise ValueError(f"entry {n} ({broker.url!r}) names a broker listed before")
+            seen.add(broker.host_port)
+        if len({b.tls for b in parsed}) > 1:
+            plain = ", ".join(b.url for b in parsed if not b.tls)
+            raise ValueError(f"mixes mqtts:// and mqtt:// ({plain} without TLS): every "
+                             f"broker of the list must use TLS, or none (one ca_file, "
+                             f"cert_file and key_file serve them all)")
+        # One broker stays a string (as it always was); several are a list.
+        return entries if len(entries) > 1 else entries[0]
+
+    @property
+    def urls(self) -> list[str]:
+        """Every broker of `url`, in the configured order (the first is the primary)."""
+        return split_urls(self.url)
+
+    @property
+    def brokers(self) -> list[BrokerUrl]:
+        return [parse_broker_url(url) for url in self.urls]
+
     @property
     def tls(self) -> bool:
-        return self.url.startswith("mqtts://")
+        """The brokers' TLS (all of them agree: checked at load)."""
+        return self.brokers[0].tls
 
     @property
     def host_port(self) -> tuple[str, int]:
-        rest = self.url.split("://", 1)[1].rstrip("/")
-        host, _, port = rest.partition(":")
-        return host, int(port) if port else (8883 if self.tls else 1883)
+        """The first broker's host and port (tools that use one broker use this one)."""
+        return self.brokers[0].host_port
 
 
 def topic_prefix_problem(value: str) -> str | None:
@@ -444,7 +483,9 @@ def dump_toml(sections: dict[str, dict[str, Any]]) -> str:
     for section, values in sections.items():
         lines.append(f"[{section}]")
         for key, value in values.items():
-            if isinstance(value, bool):
+            if isinstance(value, list | tuple):
+                rendered = json.dumps([str(item) for item in value])  # a list of strings
+            elif isinstance(value, bool):
                 rendered = "true" if value else "false"
             elif isinstance(value, int | float):
                 rendered = repr(value)

@@ -33,6 +33,7 @@ from pydantic import ValidationError
 
 from .config import ConfigError, Settings, load_settings
 from .core.roads import RoadsMessage
+from .mqtt.brokers import BrokerList, BrokerUrl
 
 RESET, BOLD, RED, GREEN, BLUE = "\033[0m", "\033[1m", "\033[31m", "\033[32m", "\033[94m"
 SIDE_COLOUR = {"banker": RED, "player": BLUE, "tie": GREEN, None: GREEN}
@@ -155,10 +156,12 @@ def render_board(message: dict[str, Any], width: int = 80, colour: bool = False)
 # --- the command ----------------------------------------------------------------------
 
 
-def client_args(settings: Settings, identifier: str) -> dict[str, Any]:
-    """aiomqtt.Client arguments for the configured broker, credentials and TLS."""
+def client_args(settings: Settings, identifier: str, broker: BrokerUrl | None = None
+                ) -> dict[str, Any]:
+    """aiomqtt.Client arguments for a configured broker (default: the first of mqtt.url),
+    the credentials and TLS."""
     mqtt = settings.mqtt
-    host, port = mqtt.host_port
+    host, port = (broker or mqtt.brokers[0]).host_port
     args: dict[str, Any] = {
         "hostname": host, "port": port, "keepalive": mqtt.keepalive,
         "identifier": identifier, "timeout": mqtt.publish_timeout_s,
@@ -207,9 +210,21 @@ def _identifier() -> str:
 
 
 async def fetch_roads(settings: Settings, timeout: float) -> dict[str, Any] | None:
-    """The retained `{root}/roads` message, or None if the broker has none in `timeout` s."""
+    """The retained `{root}/roads` message, or None if the broker has none in `timeout` s.
+    The brokers of mqtt.url are tried in order; the first that answers is asked."""
+    for broker in settings.mqtt.brokers[:-1]:
+        try:
+            return await _fetch_from(settings, broker, timeout)
+        except aiomqtt.MqttError as error:
+            print(f"shoed roads: {broker.url}: {error}; trying the next broker",
+                  file=sys.stderr, flush=True)
+    return await _fetch_from(settings, settings.mqtt.brokers[-1], timeout)
+
+
+async def _fetch_from(settings: Settings, broker: BrokerUrl, timeout: float
+                      ) -> dict[str, Any] | None:
     topic = f"{settings.topic_root}/roads"
-    async with aiomqtt.Client(**client_args(settings, _identifier())) as client:
+    async with aiomqtt.Client(**client_args(settings, _identifier(), broker)) as client:
         await client.subscribe(topic, qos=1)
         try:
             async with asyncio.timeout(timeout):
@@ -223,13 +238,18 @@ async def fetch_roads(settings: Settings, timeout: float) -> dict[str, Any] | No
 
 
 async def follow_roads(settings: Settings, show: Callable[[dict[str, Any]], None]) -> None:
-    """Show every new board until cancelled; a lost broker is retried, a bad board skipped."""
+    """Show every new board until cancelled; a lost broker is retried (the next of
+    mqtt.url's list, in turn), a bad board skipped."""
     topic = f"{settings.topic_root}/roads"
     backoff = 0.5
     last: dict[str, Any] | None = None
+    brokers = BrokerList(settings.mqtt.brokers)
     while True:
+        connected = False
         try:
-            async with aiomqtt.Client(**client_args(settings, _identifier())) as client:
+            async with aiomqtt.Client(**client_args(settings, _identifier(),
+                                                    brokers.current)) as client:
+                connected = True
                 await client.subscribe(topic, qos=1)
                 backoff = 0.5
                 async for message in client.messages:
@@ -242,7 +262,12 @@ async def follow_roads(settings: Settings, show: Callable[[dict[str, Any]], None
                         show(board)
                         last = board
         except aiomqtt.MqttError as error:
-            print(f"shoed roads: {settings.mqtt.url}: {error}; retrying in {backoff:g} s",
+            url = brokers.current.url
+            if not brokers.advance(was_connected=connected):
+                print(f"shoed roads: {url}: {error}; trying {brokers.current.url}",
+                      file=sys.stderr, flush=True)
+                continue
+            print(f"shoed roads: {url}: {error}; retrying in {backoff:g} s",
                   file=sys.stderr, flush=True)
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 5.0)
@@ -274,14 +299,14 @@ def roads(args: argparse.Namespace) -> int:
     try:
         message = asyncio.run(fetch_roads(settings, args.timeout))
     except aiomqtt.MqttError as error:
-        print(f"shoed roads: cannot read {topic} from {settings.mqtt.url}: {error}",
+        print(f"shoed roads: cannot read {topic} from {settings.mqtt.urls[-1]}: {error}",
               file=sys.stderr)
         return 1
     except ValueError as error:
         print(f"shoed roads: {error}", file=sys.stderr)
         return 1
     if message is None:
-        print(f"shoed roads: no board retained on {topic} at {settings.mqtt.url} "
+        print(f"shoed roads: no board retained on {topic} at {', '.join(settings.mqtt.urls)} "
               f"(is the daemon running?)", file=sys.stderr)
         return 1
     sys.stdout.write(json.dumps(message, indent=2) + "\n" if args.json

@@ -29,6 +29,7 @@ class TableStatus:
         self.device_alive = False  # the engine sees the shoe (hello and no silence)
         self.mqtt_connected = False
         self.mqtt_error: str | None = None  # why the broker cannot be used, if it cannot
+        self.broker_url: str | None = None  # the broker of mqtt.url in use (None: none)
         self.storage_ok = True
         self.storage_error: str | None = None
         self.last_seen: float | None = None  # wall time of the shoe's latest frame
@@ -79,6 +80,7 @@ class TableStatus:
             "online": True, "table_id": self.table_id, "version": __version__,
             "instance": self.instance, "run_id": self.run_id, "online_since": self.online_since,
             "device_connected": self.device_connected, "mqtt_connected": self.mqtt_connected,
+            "broker_url": self.broker_url,
             "storage_ok": self.storage_ok, "storage_error": self.storage_error,
             "outbox": self.outbox_depth(), "last_publish": self.last_publish,
             "clock_synchronised": synced, "warnings": warnings, "ts": time.time(),
@@ -86,7 +88,8 @@ class TableStatus:
 
     def line(self) -> str:
         """systemd's STATUS= text: every part, one line."""
-        broker = "connected" if self.mqtt_connected else (
+        broker = (f"connected ({self.broker_url})" if self.broker_url else "connected") \
+            if self.mqtt_connected else (
             f"disconnected ({self.mqtt_error})" if self.mqtt_error else "disconnected")
         last = ("never" if self.last_publish is None
                 else time.strftime("%H:%M:%S", time.gmtime(self.last_publish)) + "Z")

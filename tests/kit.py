@@ -28,7 +28,7 @@ from shoed.sim.broker import BrokerError, answers, free_port
 class TableProcess:
     """One table: `shoed simulate` on a pty and `shoed run`, as child processes."""
 
-    def __init__(self, tmp: pathlib.Path, url: str, table: str = "T9", decks: int = 1,
+    def __init__(self, tmp: pathlib.Path, url: str | list[str], table: str = "T9", decks: int = 1,
                  seed: int = 5, pace: float = 0.02, shoes: int = 1, protocol: str = "5",
                  prefix: str = "shoed", roles: dict[str, str] | None = None) -> None:
         self.dir = tmp / table

@@ -31,10 +31,11 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
-from urllib.parse import urlparse
 
 import aiomqtt
 import structlog
+
+from shoed.mqtt.brokers import BrokerList, split_urls
 
 from .cursor import Cursor, CursorStore, MemoryCursorStore
 from .errors import CommandTimeout, EventsLost, error_for
@@ -72,13 +73,16 @@ class TableConnection:
                  operator: str | None = None, protocol: str = "5",
                  client_id: str | None = None, command_timeout_s: float = 5.0,
                  command_retries: int = 3, tls_context: ssl.SSLContext | None = None) -> None:
-        parsed = urlparse(url)
-        if parsed.scheme not in ("mqtt", "mqtts"):
-            raise ValueError(f"expected an mqtt:// or mqtts:// URL, got {url!r}")
-        self.host = parsed.hostname or "127.0.0.1"
-        self.port = parsed.port or (8883 if parsed.scheme == "mqtts" else 1883)
+        # One broker, or several (a list or comma-separated) to fail over between.
+        try:
+            self.brokers = BrokerList.of(split_urls(url))
+        except ValueError as error:
+            raise ValueError(f"expected mqtt:// or mqtts:// URLs, got {url!r}: {error}"
+                             ) from None
+        if len({b.tls for b in self.brokers.brokers}) > 1:
+            raise ValueError(f"{url!r}: every broker must use TLS (mqtts://), or none")
         self.tls = tls_context or (ssl.create_default_context()
-                                   if parsed.scheme == "mqtts" else None)
+                                   if self.brokers.current.tls else None)
         self.table = table
         self.root = (root or f"shoed/{table}").rstrip("/")
         self.username, self.password = username, password
@@ -125,12 +129,22 @@ class TableConnection:
     def topics(self) -> list[str]:
         return [self.response_topic]
 
+    @property
+    def host(self) -> str:
+        """The broker the connection is on (or tries next)."""
+        return self.brokers.current.host
+
+    @property
+    def port(self) -> int:
+        return self.brokers.current.port
+
     async def wait_connected(self, timeout: float | None = None) -> None:
         await asyncio.wait_for(self._connected.wait(), timeout)
 
     async def _run(self) -> None:
         delay = 0.2
         while not self._closing:
+            connects = self.connects
             try:
                 identifier = self.client_id or f"shoed-client-{uuid.uuid4().hex[:10]}"
                 async with aiomqtt.Client(
@@ -144,6 +158,7 @@ class TableConnection:
                         await client.subscribe(topic, qos=1)
                     self._client = client
                     self.connects += 1
+                    self.brokers.connected()
                     self._connected.set()
                     delay = 0.2
                     await self.on_connect()
@@ -158,8 +173,10 @@ class TableConnection:
             finally:
                 self._client = None
                 self._connected.clear()
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 2.0)
+            # The next broker of the list: at once, unless a round is over or it dropped.
+            if self.brokers.advance(was_connected=self.connects > connects):
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
 
     async def on_connect(self) -> None:
         """Called after each (re)connect and subscribe."""

@@ -42,6 +42,8 @@ class Status(_Open):
     version: str
     instance: str | None = Field(default=None, description="the journal's identity")
     device_connected: bool
+    broker_url: str | None = Field(default=None, description="the broker of mqtt.url this "
+                                   "status was published through (one of the list)")
     storage_ok: bool
     storage_error: str | None
     outbox: int = Field(description="events journalled and not yet acknowledged by the broker")

@@ -34,6 +34,7 @@ from shoed.aio import Wakeup, clear_stray_cancel
 from shoed.config import Settings
 from shoed.desk import CommandDesk
 from shoed.errors import BrokerError, NotABroker
+from shoed.mqtt.brokers import BrokerList
 from shoed.mqtt.claim import RootClaim, RootTaken, check_root
 from shoed.mqtt.inbox import Inbox, StampedQueue, publish_properties
 from shoed.mqtt.writes import send_when_queued
@@ -57,7 +58,7 @@ class MqttService:
                  ) -> None:
         self.settings = settings
         self.root = settings.topic_root
-        self.url = settings.mqtt.url
+        self.brokers = BrokerList.of(settings.mqtt.urls)  # mqtt.url: one, or a list
         self.outbox = outbox
         self.status = status
         self.desk = desk
@@ -86,7 +87,7 @@ class MqttService:
 
     def client_args(self) -> dict[str, Any]:
         mqtt = self.settings.mqtt
-        host, port = mqtt.host_port
+        host, port = self.brokers.current.host_port
         args: dict[str, Any] = {
             "hostname": host, "port": port, "keepalive": mqtt.keepalive,
             "identifier": mqtt.client_id or f"shoed-{self.settings.table.id}",
@@ -122,6 +123,11 @@ class MqttService:
                                         str(mqtt.key_file) if mqtt.key_file else None)
             args["tls_context"] = context
         return args
+
+    @property
+    def url(self) -> str:
+        """The broker this connection (or attempt) is on."""
+        return self.brokers.current.url
 
     def _alive(self) -> None:
         self.progress = asyncio.get_running_loop().time()
@@ -165,11 +171,13 @@ class MqttService:
                 self.status.set(mqtt_error=str(error))
             finally:
                 self.client = None
-                self.status.set(mqtt_connected=False)
+                self.status.set(mqtt_connected=False, broker_url=None)
             if self.connects > connects:
                 backoff = BACKOFF_S[0]  # it was connected: start the back-off afresh
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, BACKOFF_S[1])
+            # The next broker of the list; wait only after a drop or a whole round failed.
+            if self.brokers.advance(was_connected=self.connects > connects):
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, BACKOFF_S[1])
 
     async def _connection(self) -> None:
         """One connection, until it breaks (raises)."""
@@ -198,7 +206,8 @@ class MqttService:
         send_when_queued(client)  # the event's bytes leave without a loop turn
         self.client = client
         self.connects += 1
-        self.status.set(mqtt_connected=True, mqtt_error=None,
+        self.brokers.connected()
+        self.status.set(mqtt_connected=True, mqtt_error=None, broker_url=self.url,
                         online_since=self.status.online_since or time.time())
         limit = getattr(self._connack, "MaximumPacketSize", None) if self.v5 else None
         self.desk.max_packet = int(limit or self.settings.commands.max_packet_size)

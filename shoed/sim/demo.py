@@ -588,7 +588,7 @@ async def watch_table(settings: Settings, view: TableView, game: GameServer | No
                             view.event(payload)
                             gate.event(payload)
         except aiomqtt.MqttError as error:
-            view.note(f"broker {settings.mqtt.url}: {error}; retrying in {backoff:g} s",
+            view.note(f"broker {settings.mqtt.urls[0]}: {error}; retrying in {backoff:g} s",
                       YELLOW)
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 5.0)
@@ -606,7 +606,7 @@ async def read_statuses(settings: Settings, topic: str, wait_s: float = 0.7
         async with aiomqtt.Client(**args) as client:
             granted = await client.subscribe(topic, qos=1)
             if any((g if isinstance(g, int) else g.value) >= 0x80 for g in granted):
-                raise DemoError(f"the broker at {settings.mqtt.url} does not let this demo "
+                raise DemoError(f"the broker at {settings.mqtt.urls[0]} does not let this demo "
                                 f"read {topic}, so it cannot tell which tables are in use")
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(wait_s):
@@ -618,7 +618,7 @@ async def read_statuses(settings: Settings, topic: str, wait_s: float = 0.7
                             online = bool(message.payload)  # unreadable: taken if not empty
                         found[str(message.topic)] = online
     except aiomqtt.MqttError as error:
-        raise DemoError(f"cannot read the table statuses on {settings.mqtt.url}: {error}"
+        raise DemoError(f"cannot read the table statuses on {settings.mqtt.urls[0]}: {error}"
                         ) from None
     return found
 
@@ -630,7 +630,7 @@ async def choose_table(settings: Settings, fixed: str | None) -> str:
         root = settings.topic_root
         statuses = await read_statuses(settings, f"{root}/status")
         if statuses.get(f"{root}/status"):
-            raise DemoError(f"table {fixed} is in use on {settings.mqtt.url}: a running "
+            raise DemoError(f"table {fixed} is in use on {settings.mqtt.urls[0]}: a running "
                             f"shoed says online on {root}/status. Stop it, or give the demo "
                             f"another table (--table)")
         return fixed
@@ -641,7 +641,7 @@ async def choose_table(settings: Settings, fixed: str | None) -> str:
         if table not in online:
             return table
     raise DemoError(f"tables {DEMO_TABLE} to {DEMO_TABLE}{MAX_DEMO_TABLES} are all online on "
-                    f"{settings.mqtt.url}: give the demo a table (--table) or its own broker "
+                    f"{settings.mqtt.urls[0]}: give the demo a table (--table) or its own broker "
                     f"(--own-broker)")
 
 
@@ -721,7 +721,8 @@ async def _demo(args: argparse.Namespace) -> int:
             except BrokerError as error:
                 raise DemoError(f"could not start mosquitto: {error} (its files are in "
                                 f"{broker.dir})") from None
-            why = "as asked" if args.own_broker else f"no broker answered at {settings.mqtt.url}"
+            why = "as asked" if args.own_broker else \
+                f"no broker answered at {settings.mqtt.urls[0]}"
             banner.append(f"{why}: started the demo's own mosquitto on port {broker.port} "
                           f"(WebSockets on {broker.ws_port}); it stops with the demo")
             host, port = "127.0.0.1", broker.port
@@ -731,7 +732,7 @@ async def _demo(args: argparse.Namespace) -> int:
                                              "key_file": None})
             table_id = settings.table.id
         else:
-            banner.append(f"using the broker at {settings.mqtt.url}")
+            banner.append(f"using the broker at {settings.mqtt.urls[0]}")
             table_id = await choose_table(settings, fixed)
             if table_id != settings.table.id:
                 banner.append(f"table {DEMO_TABLE} is in use on this broker: this demo is "

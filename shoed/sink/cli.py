@@ -132,7 +132,9 @@ class Sink:
                             self.seen.add(table)
                             await self._claim(table)
             except aiomqtt.MqttError as error:
-                log.info("sink_discovery_disconnected", error=str(error))
+                log.info("sink_discovery_disconnected", broker=probe.brokers.current.url,
+                         error=str(error))
+                probe.brokers.advance(was_connected=False)  # the next broker of --url
                 await asyncio.sleep(1.0)
 
     async def _serve(self, table: str) -> None:
