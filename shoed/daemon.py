@@ -34,7 +34,7 @@ from shoed.store.recorder import Recorder
 from shoed.supervisor import Supervisor
 
 HOUSEKEEPING_S = 10.0  # status line, WAL checkpoint, storage retry, prune (at most)
-DRAIN_ON_STOP_S = 0.5  # stopping: how long the publisher may drain a backlog
+DRAIN_ON_STOP_S = 0.3  # stopping: how long the publisher may drain a backlog
 
 
 class Daemon:
@@ -158,7 +158,7 @@ class Daemon:
         self.session.stop_accepting()
         self.session.stop_timer()
         await self.mqtt.farewell(DRAIN_ON_STOP_S)
-        await self.supervisor.stop(timeout=0.5)
+        await self.supervisor.stop(timeout=0.3)
         self.recorder.close()
         self.log.info("stopped")
 
