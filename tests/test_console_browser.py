@@ -307,10 +307,11 @@ def test_a_shoe_unshuffled_alarm_shown_then_acknowledged_from_the_page(
                          for i in range(await page.locator("[data-testid=alarm]").count())]
                 since = {a["alarm_id"]: a["since"] for a in c.retained["state"]["alarms"]}
                 assert shown == sorted(shown, key=lambda i: since.get(i, ""), reverse=True)
-                # daemon_pending (per-user): this daemon does not answer whoami on
-                # {root}/cmd/by/<user> yet, so the page sends on {root}/cmd (the broker's
-                # ACL decides) and every button comes enabled.
-                await page.wait_for_selector("[data-testid=role][data-mode=shared]",
+                # daemon_pending (per-user): until the daemon answers whoami on
+                # {root}/cmd/by/<user>, the page sends on {root}/cmd ("shared": the broker's
+                # ACL decides, every button enabled); once it does, on cmd/by/pit1.
+                await page.wait_for_selector("[data-testid=role][data-mode=shared],"
+                                             " [data-testid=role][data-mode=per_user]",
                                              state="attached", timeout=10_000)
                 await page.click(f"[data-testid=ack][data-alarm-id='{alarm_id}']")
                 await page.wait_for_selector(
@@ -466,7 +467,8 @@ class SpecDaemon:
 
 
 @pytest.mark.daemon_pending
-def test_roles_per_user_ack_alarm_and_pit_from_spec_messages(tmp_path: pathlib.Path, ws_broker) -> None:
+def test_roles_per_user_ack_alarm_and_pit_from_spec_messages(
+        tmp_path: pathlib.Path, ws_broker) -> None:
     async def main() -> None:
         daemon = SpecDaemon(ws_broker.port)
         ready = asyncio.Event()
