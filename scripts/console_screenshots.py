@@ -1,13 +1,15 @@
 """Screenshots of the console for docs/console/: a private broker (with a WebSockets
-listener), the simulated shoe on a pty, the daemon, the console and Debian's chromium.
+listener), two simulated shoes on ptys, two daemons, the console and Debian's chromium.
 
     .venv/bin/python scripts/console_screenshots.py [--out docs/console]
 
-Takes the table at 1920x1080 (a result on the board), the supervisor's tablet at 1024x768
-(a hold on an unread card) and the pit. While the daemon does not publish `{root}/roads`
-itself, this script publishes the board from the results it sees, by the rules of
-roads.md (a short rendition, for the pictures only); once `{root}/roads` comes from the
-daemon the script leaves it alone.
+Everything on the pictures is what the daemons publish: the board is each daemon's retained
+`{root}/roads`, the alarms are its `state.alarms`. Table T01 deals a shuffled eight-deck
+shoe: the table at 1920x1080 (a result on the board), then the supervisor's tablet at
+1024x768 (a hold on an unread card, the card picker open). Table T02 deals packs in
+new-deck order with `[integrity] on_unshuffled = "alarm"`: its `shoe_unshuffled` alarms
+(ackable) on the tablet at 1024x768, and highlighted on the pit page beside T01 (and T03,
+a table that does not report).
 """
 
 from __future__ import annotations
@@ -27,143 +29,40 @@ from shoed.daemon import Daemon
 from shoed.sim.broker import PrivateMosquitto, free_port
 from shoed.sim.shoe import PtyShoe, Script, SimulatedShoe
 
-ROWS = 6
 PAUSE_AT = 18
 
 
-def layout(keys: list[str]) -> list[tuple[int, int]]:
-    """Big-road layout (roads.md section 3, tail_mode stay) of a sequence of keys."""
-    taken: set[tuple[int, int]] = set()
-    cells: list[tuple[int, int]] = []
-    opened, col, row, turned, prev = -1, 0, 0, False, None
-    for key in keys:
-        if key != prev:
-            col = opened + 1
-            while (col, 0) in taken:
-                col += 1
-            opened, row, turned = col, 0, False
-        elif not turned and row + 1 < ROWS and (col, row + 1) not in taken:
-            row += 1
-        else:
-            turned, col = True, col + 1
-        taken.add((col, row))
-        cells.append((col, row))
-        prev = key
-    return cells
-
-
-def colour(lengths: list[int], n: int, m: int, k: int) -> str | None:
-    """Derived-road mark of entry (n, m), 1-based (roads.md section 4)."""
-    if not (n > k + 1 or (n == k + 1 and m >= 2)):
-        return None
-    if m >= 2:
-        p = lengths[n - k - 1]
-        return "blue" if m == p + 1 else "red"
-    return "red" if lengths[n - 2] == lengths[n - 2 - k] else "blue"
-
-
-def board(results: list[dict[str, Any]], seq: int, shoe_id: str | None) -> dict[str, Any]:
-    flags = [{"player_pair": r["player_pair"], "banker_pair": r["banker_pair"],
-              "natural": r["player_natural"] or r["banker_natural"]} for r in results]
-    bead = [{"hand_no": r["hand_no"], "winner": r["winner"], **f, "col": i // ROWS,
-             "row": i % ROWS} for i, (r, f) in enumerate(zip(results, flags, strict=True))]
-    entries: list[dict[str, Any]] = []
-    ties_before = 0
-    for r, f in zip(results, flags, strict=True):
-        if r["winner"] == "tie":
-            if entries:
-                entries[-1]["ties"] += 1
-            else:
-                ties_before += 1
-            continue
-        entries.append({"hand_no": r["hand_no"], "winner": r["winner"], "ties": 0, **f})
-    if entries:
-        entries[0]["ties"] += ties_before
-    elif ties_before:
-        entries.append({"hand_no": None, "winner": None, "ties": ties_before,
-                        "player_pair": False, "banker_pair": False, "natural": False})
-    winners = [e["winner"] for e in entries if e["winner"]]
-    for e, (c, r) in zip(entries, layout([e["winner"] or "-" for e in entries]), strict=True):
-        e.update(col=c, row=r)
-    lengths: list[int] = []
-    position: list[tuple[int, int]] = []
-    for i, w in enumerate(winners):
-        if i and w == winners[i - 1]:
-            lengths[-1] += 1
-        else:
-            lengths.append(1)
-        position.append((len(lengths), lengths[-1]))
-
-    def derived(k: int, extra: str | None = None) -> Any:
-        ws = winners + ([extra] if extra else [])
-        ls: list[int] = []
-        pos: list[tuple[int, int]] = []
-        for i, w in enumerate(ws):
-            if i and w == ws[i - 1]:
-                ls[-1] += 1
-            else:
-                ls.append(1)
-            pos.append((len(ls), ls[-1]))
-        marks = [m for m in (colour(ls, n, m, k) for n, m in pos) if m]
-        return marks
-
-    roads: dict[str, Any] = {}
-    ask: dict[str, dict[str, Any]] = {"banker": {}, "player": {}}
-    for name, k in (("big_eye_boy", 1), ("small_road", 2), ("cockroach_pig", 3)):
-        marks = derived(k)
-        roads[name] = {"marks": marks, "cells": [{"col": c, "row": r}
-                                                 for c, r in layout(marks)]}
-        for side in ("banker", "player"):
-            more = derived(k, side)
-            ask[side][name] = more[-1] if len(more) > len(marks) else None
-    streaks = {"banker": 0, "player": 0}
-    for w, length in zip([winners[i] for i in range(len(winners))
-                          if i == 0 or winners[i] != winners[i - 1]], lengths, strict=True):
-        streaks[w] = max(streaks[w], length)
-    return {"schema_version": 1, "seq": seq, "shoe_id": shoe_id, "rows": ROWS,
-            "tail_mode": "stay", "bead_plate": bead, "big_road": entries, **roads, "ask": ask,
-            "stats": {"hands": len(results),
-                      **{w: sum(r["winner"] == w for r in results)
-                         for w in ("banker", "player", "tie")},
-                      "player_pair": sum(f["player_pair"] for f in flags),
-                      "banker_pair": sum(f["banker_pair"] for f in flags),
-                      "natural": sum(f["natural"] for f in flags),
-                      "longest_banker_streak": streaks["banker"],
-                      "longest_player_streak": streaks["player"],
-                      "current_streak": {"side": winners[-1], "length": lengths[-1]}
-                      if winners else None}}
-
-
-async def scoreboard(port: int, root: str, enter_until: int, shoe: SimulatedShoe,
+async def supervisor(port: int, root: str, enter_until: int, shoe: SimulatedShoe,
                      stop: asyncio.Event) -> None:
-    """Publishes the board unless the daemon does; enters unread cards (as a supervisor
-    would) until hand `enter_until`, then leaves the next hold for the picture."""
-    results: list[dict[str, Any]] = []
-    mine: set[bytes] = set()
-    daemon_roads = False
+    """Enters unread cards (as a supervisor would) until hand `enter_until`, then leaves
+    the next hold for the picture."""
     async with aiomqtt.Client("127.0.0.1", port, identifier="screenshots") as client:
-        await client.subscribe(f"{root}/#", qos=1)
+        await client.subscribe(f"{root}/state", qos=1)
         async for message in client.messages:
             if stop.is_set():
                 return
-            leaf = str(message.topic)[len(root) + 1:]
-            if leaf in ("roads", "cmd/response") or not message.payload:
-                daemon_roads = daemon_roads or (leaf == "roads" and message.payload not in mine)
+            if not message.payload:
                 continue
             data = json.loads(message.payload)  # type: ignore[arg-type]
-            if leaf == "events" and data["type"] == "hand_result":
-                results.append(data)
-                if not daemon_roads:
-                    body = json.dumps(board(results, data["seq"], data["shoe_id"])).encode()
-                    mine.add(body)
-                    await client.publish(f"{root}/roads", body, qos=1, retain=True)
-            if leaf == "state" and (data.get("hold") or {}).get("card_index") and \
+            if (data.get("hold") or {}).get("card_index") and \
                     (data.get("hand_no") or 0) < enter_until:
                 index = data["hold"]["card_index"]
                 await client.publish(f"{root}/cmd", json.dumps({
                     "request_id": f"shot-{index}", "command": "manual_card",
                     "operator": "screenshots", "card_index": index,
                     "card": shoe.dealt[index - 1]}), qos=1)
+
+
+def table_settings(tmp: pathlib.Path, table: str, broker: PrivateMosquitto, ws_port: int,
+                   **sections: Any) -> Settings:
+    data: dict[str, Any] = {
+        "table": {"id": table, "betting_control": "none"},
+        "device": {"port": str(tmp / f"shoe-{table}")},
+        "mqtt": {"url": broker.url}, "state": {"dir": str(tmp / f"state-{table}")},
+        "log": {"format": "json", "level": "error"},
+        "console": {"ws_url": f"ws://127.0.0.1:{ws_port}", "tables": ["T01", "T02", "T03"]},
+        **sections}
+    return Settings.model_validate(data)
 
 
 async def main(out: pathlib.Path) -> None:
@@ -179,30 +78,40 @@ async def main(out: pathlib.Path) -> None:
     loop = asyncio.get_running_loop()
     shoe = SimulatedShoe(decks=8, seed=21, script=Script(pace_s=0.06, shoes=1,
                                                          unread_rate=0.004), now=loop.time())
-    pty = PtyShoe(shoe, link_path=tmp / "shoe")
-    pty.plug()
-    settings = Settings.model_validate({
-        "table": {"id": "T01", "betting_control": "none"},
-        "device": {"port": str(tmp / "shoe")},
-        "mqtt": {"url": broker.url}, "state": {"dir": str(tmp / "state")},
-        "log": {"format": "json", "level": "error"},
-        "console": {"ws_url": f"ws://127.0.0.1:{ws_port}", "tables": ["T01", "T02", "T03"]}})
-    daemon = Daemon(settings)
+    packed = SimulatedShoe(decks=8, seed=3, script=Script(pace_s=0.06, shoes=1,
+                                                          unshuffled=True), now=loop.time())
+    settings = table_settings(tmp, "T01", broker, ws_port)
+    daemons = {"T01": Daemon(settings),
+               "T02": Daemon(table_settings(tmp, "T02", broker, ws_port,
+                                            integrity={"on_unshuffled": "alarm"}))}
+    ptys = [PtyShoe(shoe, link_path=tmp / "shoe-T01"), PtyShoe(packed, link_path=tmp / "shoe-T02")]
+    for pty in ptys:
+        pty.plug()
     stop = asyncio.Event()
-    # The dealer waits after hand PAUSE_AT until the first picture is taken.
+    # Each dealer waits until the pages are open (they see every event), and after hand
+    # PAUSE_AT until the pictures of the board are taken.
+    dealing = asyncio.Event()
     resumed = asyncio.Event()
-    deal = shoe._deal
 
-    def paced_deal(now: float) -> None:
-        engine = daemon.engine
-        if engine is not None and not resumed.is_set() and \
-                engine.public_state()["hands_played"] >= PAUSE_AT:
-            return
-        deal(now)
+    def pause(sim: SimulatedShoe, daemon: Daemon) -> None:
+        deal = sim._deal
 
-    shoe._deal = paced_deal  # type: ignore[method-assign]
-    tasks = [asyncio.create_task(daemon.run()), asyncio.create_task(pty.run()),
-             asyncio.create_task(scoreboard(mqtt_port, "shoed/T01", 24, shoe, stop))]
+        def paced_deal(now: float) -> None:
+            if not dealing.is_set():
+                return
+            recorder = getattr(daemon, "recorder", None)
+            if recorder is not None and not resumed.is_set() and \
+                    recorder.engine.public_state()["hands_played"] >= PAUSE_AT:
+                return
+            deal(now)
+
+        sim._deal = paced_deal  # type: ignore[method-assign]
+
+    pause(shoe, daemons["T01"])
+    pause(packed, daemons["T02"])
+    tasks = [asyncio.create_task(d.run()) for d in daemons.values()]
+    tasks += [asyncio.create_task(pty.run()) for pty in ptys]
+    tasks.append(asyncio.create_task(supervisor(mqtt_port, "shoed/T01", 24, shoe, stop)))
     console = await start_console(settings, "127.0.0.1:0")
     try:
         async with async_playwright() as p:
@@ -216,15 +125,29 @@ async def main(out: pathlib.Path) -> None:
                 await pg.click("[data-testid=login-submit]")
                 return pg
 
+            reached = ("() => Number(document.querySelector('[data-testid=result]')"
+                       f".dataset.hand || 0) >= {PAUSE_AT}")
             table = await page(1920, 1080, "?table=T01")
             tablet = await page(1024, 768, "?table=T01")
+            alarms = await page(1024, 768, "?table=T02")
             pit = await page(1920, 1080, "")
-            await table.wait_for_function(
-                "() => Number(document.querySelector('[data-testid=result]').dataset.hand"
-                f" || 0) >= {PAUSE_AT}", timeout=300_000)
+            for pg in (table, tablet, alarms, pit):
+                await pg.wait_for_selector("#connection[data-state=connected]",
+                                           state="attached", timeout=30_000)
+            dealing.set()
+            await table.wait_for_function(reached, timeout=300_000)
+            await alarms.wait_for_function(
+                "() => Number(document.querySelector('[data-testid=stats] [data-stat=hands] b')"
+                f"?.innerText || 0) >= {PAUSE_AT}", timeout=300_000)
+            await alarms.wait_for_selector("[data-testid=alarm][data-code=shoe_unshuffled]"
+                                           " [data-testid=ack]", timeout=30_000)
+            await pit.wait_for_selector("[data-testid=pit-table][data-table=T02]"
+                                        "[data-alarmed=true]", timeout=30_000)
             await asyncio.sleep(1.0)
             await table.screenshot(path=str(out / "table-1920x1080.png"))
             await pit.screenshot(path=str(out / "pit-1920x1080.png"))
+            await alarms.locator("[data-testid=alarms]").scroll_into_view_if_needed()
+            await alarms.screenshot(path=str(out / "tablet-alarms-1024x768.png"))
             resumed.set()
             await tablet.wait_for_selector("[data-testid=hold]", state="visible",
                                            timeout=300_000)
@@ -233,13 +156,15 @@ async def main(out: pathlib.Path) -> None:
             await browser.close()
     finally:
         stop.set()
-        daemon.request_stop()
-        await asyncio.wait(tasks[:1], timeout=10)
+        for daemon in daemons.values():
+            daemon.request_stop()
+        await asyncio.wait(tasks[:2], timeout=10)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await console.close()
-        pty.unplug()
+        for pty in ptys:
+            pty.unplug()
         broker.stop()
 
 

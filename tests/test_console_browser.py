@@ -1,10 +1,12 @@
 """The console in a real browser (Debian's chromium, Playwright) against the real broker
-(WebSockets listener), the real daemon and the simulated shoe on a pty.
+(WebSockets listener), the real daemon and the simulated shoe on a pty: cards, results and
+payouts, the hold and manual_card, the board against the daemon's retained `{root}/roads`
+after each result, a real `shoe_unshuffled` alarm acknowledged from the page.
 
-What the daemon does not publish yet (`{root}/roads`, answers on the per-user command
-topics: `whoami`, `ack_alarm`) is published here by the test, exactly as mqtt-api.md and
-roads.md say, in the tests marked `daemon_pending`: switch them to the real daemon once it
-publishes those (the page needs no change).
+What the daemon does not answer yet (the per-user command topics `{root}/cmd/by/{username}`
+and `whoami`, mqtt-api.md section 4) is answered here by the test, exactly as mqtt-api.md
+says, in the tests marked `daemon_pending`: switch them to the real daemon once it answers
+those (the page needs no change).
 """
 
 from __future__ import annotations
@@ -185,6 +187,154 @@ def test_unread_card_shows_the_hold_and_manual_card_from_the_page_resolves_it(
     asyncio.run(main())
 
 
+# Installed in the page by a test: the board as drawn, each time it is drawn, kept by the
+# number of bead-plate cells (one per standing result), so a test can read the board as it
+# stood after each result even once the next one has been drawn.
+BOARD_OBSERVER = """() => {
+  window.__boards = {};
+  const cells = (testid, ...keys) => [...document.querySelectorAll(
+      `[data-testid=${testid}] [data-col]`)].map(e => [Number(e.dataset.col),
+      Number(e.dataset.row), ...keys.map(k => e.dataset[k])]);
+  const take = () => {
+    if (!document.querySelector('[data-testid=big-road]')) return;
+    const ask = {};
+    for (const side of ['banker', 'player']) {
+      ask[side] = Object.fromEntries([...document.querySelectorAll(
+        `[data-testid=ask-road] [data-side=${side}] [data-road]`)]
+        .map(e => [e.dataset.road, e.dataset.colour || null]));
+    }
+    const stats = Object.fromEntries([...document.querySelectorAll(
+      '[data-testid=stats] [data-stat]')].map(e => [e.dataset.stat,
+      e.querySelector('b').innerText]));
+    const bead = cells('bead-plate', 'winner');
+    window.__boards[bead.length] = {bead, big: cells('big-road', 'winner', 'ties'),
+      big_eye_boy: cells('big-eye-boy', 'colour'), small_road: cells('small-road', 'colour'),
+      cockroach_pig: cells('cockroach-pig', 'colour'), ask, stats};
+  };
+  new MutationObserver(take).observe(document.body,
+    {childList: true, subtree: true, attributes: true});
+  take();
+}"""
+
+LETTER = {"banker": "B", "player": "P"}
+
+
+def drawn(message: dict[str, Any]) -> dict[str, Any]:
+    """What the page must draw for this `{root}/roads` message (BOARD_OBSERVER's form)."""
+    def derived(name: str) -> list[list[Any]]:
+        road = message[name]
+        return [[c["col"], c["row"], mark] for c, mark in
+                zip(road["cells"], road["marks"], strict=True)]
+    stats = message["stats"]
+    streak = stats["current_streak"]
+    return {
+        "bead": [[c["col"], c["row"], c["winner"]] for c in message["bead_plate"]],
+        "big": [[c["col"], c["row"], c["winner"] or "", str(c["ties"])]
+                for c in message["big_road"]],
+        **{name: derived(name) for name in ("big_eye_boy", "small_road", "cockroach_pig")},
+        "ask": message["ask"],
+        "stats": {**{k: str(stats[k]) for k in (
+            "hands", "banker", "player", "tie", "banker_pair", "player_pair", "natural",
+            "longest_banker_streak", "longest_player_streak")},
+            "current_streak": f"{LETTER[streak['side']]}\u00d7{streak['length']}"
+            if streak else "\u2014"},
+    }
+
+
+def test_the_board_has_the_cells_the_daemons_roads_say_after_each_result(
+        tmp_path: pathlib.Path, ws_broker) -> None:
+    """A seeded two-deck shoe through the real daemon: after every result the page's bead
+    plate, big road (ties), derived roads, ask road and statistics are exactly the
+    retained `{root}/roads` the daemon published for it."""
+    async def main() -> None:
+        settings = console_settings(tmp_path, ws_broker.ws_url)
+        async with console_browser(settings) as b:
+            page = await b.page("pit1")
+            await page.evaluate(BOARD_OBSERVER)
+            async with rig(tmp_path, ws_broker, decks=2, seed=5,
+                           script=Script(pace_s=0.03, shoes=1)) as r:
+                c = r.collector
+                await wait_for(lambda: c.of("last_hand") and c.of("hand_result") and any(
+                    len(m["bead_plate"]) == len(c.of("hand_result")) for m in c.roads), 90,
+                    "the shoe dealt and its last board")
+                hands = len(c.of("hand_result"))
+                await page.wait_for_function(f"() => window.__boards[{hands}]",
+                                             timeout=20_000)
+                boards = await page.evaluate("() => window.__boards")
+            # The board after each result, as the daemon said it (the last message with
+            # that many standing results: a republish after a reconnect is the same board).
+            said = {len(m["bead_plate"]): m for m in c.roads}
+            assert set(range(1, hands + 1)) <= set(said), (hands, sorted(said))
+            results = {e["seq"]: e for e in c.of("hand_result")}
+            for n in range(1, hands + 1):
+                message = said[n]
+                assert message["seq"] in results, message["seq"]  # it reflects result n
+                assert str(n) in boards, f"the page never drew the board of {n} results"
+                assert boards[str(n)] == drawn(message), n
+            final = said[hands]
+            # The shoe exercised the board: ties, every derived road, both asks.
+            assert any(cell["ties"] for cell in final["big_road"])
+            assert all(final[name]["cells"] for name in
+                       ("big_eye_boy", "small_road", "cockroach_pig"))
+    asyncio.run(main())
+
+
+def test_a_shoe_unshuffled_alarm_shown_then_acknowledged_from_the_page(
+        tmp_path: pathlib.Path, ws_broker) -> None:
+    """`on_unshuffled = "alarm"`: the real daemon's `shoe_unshuffled` alarm is listed with
+    an Acknowledge button (it is `ackable` in state.alarms); the click sends `ack_alarm`,
+    the daemon answers ok, clears the alarm, and the page moves it to the history."""
+    async def main() -> None:
+        settings = console_settings(tmp_path, ws_broker.ws_url)
+        async with console_browser(settings) as b:
+            page = await b.page("pit1")
+            script = Script(pace_s=0.15, shoes=1, unshuffled=True)
+            async with rig(tmp_path, ws_broker, decks=1, seed=2, script=script,
+                           integrity={"on_unshuffled": "alarm"}) as r:
+                c = r.collector
+                ack = page.locator("[data-testid=alarm][data-code=shoe_unshuffled]"
+                                   " [data-testid=ack]").first
+                await ack.wait_for(timeout=30_000)
+                alarm_id = await ack.get_attribute("data-alarm-id")
+                standing = {a["alarm_id"]: a for a in c.retained["state"]["alarms"]}
+                assert standing[alarm_id]["code"] == "shoe_unshuffled"
+                assert standing[alarm_id]["ackable"] is True
+                assert not c.retained["state"].get("hold")  # alarm mode: no hold
+                # Newest first, as state.alarms says (by `since`).
+                await page.wait_for_timeout(200)
+                shown = [await page.locator("[data-testid=alarm]").nth(i)
+                         .get_attribute("data-alarm-id")
+                         for i in range(await page.locator("[data-testid=alarm]").count())]
+                since = {a["alarm_id"]: a["since"] for a in c.retained["state"]["alarms"]}
+                assert shown == sorted(shown, key=lambda i: since.get(i, ""), reverse=True)
+                # daemon_pending (per-user): until the daemon answers whoami on
+                # {root}/cmd/by/<user>, the page sends on {root}/cmd ("shared": the broker's
+                # ACL decides, every button enabled); once it does, on cmd/by/pit1.
+                await page.wait_for_selector("[data-testid=role][data-mode=shared],"
+                                             " [data-testid=role][data-mode=per_user]",
+                                             state="attached", timeout=10_000)
+                await page.click(f"[data-testid=ack][data-alarm-id='{alarm_id}']")
+                await page.wait_for_selector(
+                    "[data-testid=response][data-command=ack_alarm][data-ok=true]",
+                    state="attached", timeout=10_000)
+                await page.wait_for_selector(f"[data-testid=alarm][data-alarm-id='{alarm_id}']",
+                                             state="detached", timeout=10_000)
+                await wait_for(lambda: alarm_id not in {
+                    a["alarm_id"] for a in c.retained["state"]["alarms"]}, 10,
+                    "the alarm gone from state.alarms")
+                cleared = [e for e in c.of("alarm")
+                           if e["alarm_id"] == alarm_id and not e["active"]]
+                assert len(cleared) == 1
+                history = page.locator(f"[data-testid=alarm-history-item]"
+                                       f"[data-alarm-id='{alarm_id}']")
+                await page.wait_for_function(
+                    "(id) => document.querySelectorAll("
+                    "`[data-testid=alarm-history-item][data-alarm-id='${id}']`).length >= 2",
+                    arg=alarm_id, timeout=10_000)
+                assert await history.count() == 2  # raised, then cleared
+    asyncio.run(main())
+
+
 # roads.md section 8, worked example 1: B B P P P B P B B (no pairs, no naturals).
 WINNERS = ["B", "B", "P", "P", "P", "B", "P", "B", "B"]
 NAMES = {"B": "banker", "P": "player"}
@@ -249,7 +399,10 @@ def state_message(alarms: list[dict[str, Any]]) -> dict[str, Any]:
 
 class SpecDaemon:
     """Publishes table T7's retained topics and answers per-user commands as mqtt-api.md
-    section 4 says (whoami with the user's role, ack_alarm, recall, roads)."""
+    section 4 says (whoami with the user's role, ack_alarm, recall, roads): the roles part
+    the daemon does not serve yet. The board and ack_alarm from the real daemon are in the
+    tests above; this one draws roads.md's worked example (tie marks) and the per-user
+    answers."""
 
     def __init__(self, port: int, root: str = "shoed/T7") -> None:
         self.port = port
@@ -314,7 +467,8 @@ class SpecDaemon:
 
 
 @pytest.mark.daemon_pending
-def test_roads_roles_and_ack_alarm_from_spec_messages(tmp_path: pathlib.Path, ws_broker) -> None:
+def test_roles_per_user_ack_alarm_and_pit_from_spec_messages(
+        tmp_path: pathlib.Path, ws_broker) -> None:
     async def main() -> None:
         daemon = SpecDaemon(ws_broker.port)
         ready = asyncio.Event()
