@@ -35,6 +35,11 @@ pytestmark = [pytest.mark.browser, pytest.mark.once, pytest.mark.broker]
 POSITIONS = ("P1", "P2", "P3", "B1", "B2", "B3")
 
 
+# The page's user is a supervisor in the daemon's [auth] (a user not listed may only ask
+# `whoami`, and the page then disables every button).
+PAGE_AUTH = {"roles": {"pit1": "supervisor"}}
+
+
 @pytest.fixture(autouse=True)
 def _browser_present() -> None:
     need_browser()
@@ -65,7 +70,7 @@ def test_cards_result_and_payouts_live_and_recovery_after_broker_restart(
         async with console_browser(settings) as b:
             page = await b.page("pit1")
             await page.evaluate(SNAPSHOT_OBSERVER)
-            async with rig(tmp_path, ws_broker, decks=4, seed=5,
+            async with rig(tmp_path, ws_broker, auth=PAGE_AUTH, decks=4, seed=5,
                            script=Script(pace_s=0.2, shoes=1)) as r:
                 c = r.collector
                 # Cards appear in their positions as they leave the shoe.
@@ -127,7 +132,8 @@ def test_unread_card_shows_the_hold_and_manual_card_from_the_page_resolves_it(
             await page.evaluate(SNAPSHOT_OBSERVER)
             # Seed 15 with this unread rate leaves hand 1's P1 unread (card 13).
             script = Script(pace_s=0.15, shoes=1, unread_rate=0.08)
-            async with rig(tmp_path, ws_broker, decks=1, seed=15, script=script) as r:
+            async with rig(tmp_path, ws_broker, auth=PAGE_AUTH, decks=1, seed=15,
+                           script=script) as r:
                 c = r.collector
                 await page.wait_for_selector("[data-testid=hold]", state="visible",
                                              timeout=30_000)
@@ -251,7 +257,7 @@ def test_the_board_has_the_cells_the_daemons_roads_say_after_each_result(
         async with console_browser(settings) as b:
             page = await b.page("pit1")
             await page.evaluate(BOARD_OBSERVER)
-            async with rig(tmp_path, ws_broker, decks=2, seed=5,
+            async with rig(tmp_path, ws_broker, auth=PAGE_AUTH, decks=2, seed=5,
                            script=Script(pace_s=0.03, shoes=1)) as r:
                 c = r.collector
                 await wait_for(lambda: c.of("last_hand") and c.of("hand_result") and any(
@@ -289,7 +295,7 @@ def test_a_shoe_unshuffled_alarm_shown_then_acknowledged_from_the_page(
         async with console_browser(settings) as b:
             page = await b.page("pit1")
             script = Script(pace_s=0.15, shoes=1, unshuffled=True)
-            async with rig(tmp_path, ws_broker, decks=1, seed=2, script=script,
+            async with rig(tmp_path, ws_broker, auth=PAGE_AUTH, decks=1, seed=2, script=script,
                            integrity={"on_unshuffled": "alarm"}) as r:
                 c = r.collector
                 ack = page.locator("[data-testid=alarm][data-code=shoe_unshuffled]"
