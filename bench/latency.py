@@ -75,6 +75,8 @@ class TimedShoe(SimulatedShoe):
 HOST_CPUS: set[int] | None = None
 # --baseline: another checkout of shoed (with its own .venv), run as target "baseline".
 BASELINE: pathlib.Path | None = None
+# --profile: where shoed's cProfile statistics go (read them with pstats).
+PROFILE: pathlib.Path | None = None
 
 
 def shoed_command(target: str) -> tuple[list[str], pathlib.Path | None]:
@@ -82,6 +84,8 @@ def shoed_command(target: str) -> tuple[list[str], pathlib.Path | None]:
     if target == "baseline":
         assert BASELINE is not None, "--baseline PATH is needed for the baseline target"
         return [str(BASELINE / ".venv" / "bin" / "python"), "-m", "shoed.cli"], BASELINE
+    if PROFILE is not None:  # --profile: the whole daemon under cProfile
+        return [sys.executable, "-m", "cProfile", "-o", str(PROFILE), "-m", "shoed.cli"], None
     return [sys.executable, "-m", "shoed.cli"], None
 
 
@@ -175,12 +179,14 @@ async def run_target(target: str, cards: int, pace: float, broker: PrivateMosqui
                                 stdout=subprocess.PIPE, preexec_fn=pin_host)
         ready_s = None
     started = time.perf_counter()
+    cpu_before = cpu_seconds(proc.pid)  # the run's CPU, not the start's
     deadline = started + cards * max(pace, 0.004) * 3 + 120
     while len(shoe.card_seqs) < cards and time.perf_counter() < deadline:
         await asyncio.sleep(0.05)
     sent_cards = len(shoe.card_seqs)
     elapsed = time.perf_counter() - started
     await asyncio.sleep(1.0)
+    cpu_used = cpu_seconds(proc.pid) - cpu_before
     rss = rss_kb(proc.pid)
     proc.send_signal(signal.SIGTERM)
     try:
@@ -199,7 +205,8 @@ async def run_target(target: str, cards: int, pace: float, broker: PrivateMosqui
     return {"target": target, "cards_sent": sent_cards, "elapsed_s": round(elapsed, 2),
             "cards_per_s": round(sent_cards / elapsed, 1),
             "to_ack": to_ack, "to_event": to_event,
-            "rss_kb_after": rss, "ready_s": round(ready_s, 3) if ready_s else None}
+            "rss_kb_after": rss, "ready_s": round(ready_s, 3) if ready_s else None,
+            "cpu_s": cpu_used}
 
 
 def pooled(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -215,6 +222,9 @@ def pooled(runs: list[dict[str, Any]]) -> dict[str, Any]:
             "card_to_event_p50_by_round_ms": [round(statistics.median(r["to_event"]) * 1000,
                                                     3) for r in runs if r["to_event"]],
             "rss_kb_after": [r["rss_kb_after"] for r in runs],
+            # user + system time of the host process while dealing (and 1 s after), per card
+            "cpu_ms_per_card": round(1000 * sum(r["cpu_s"] for r in runs)
+                                     / max(1, sum(r["cards_sent"] for r in runs)), 3),
             "ready_s": [r["ready_s"] for r in runs if r["ready_s"]]}
 
 
@@ -223,8 +233,12 @@ def ratios(results: list[dict[str, Any]], over: str = "floor") -> dict[str, floa
     by = {r["target"]: r for r in results}
     if not {"shoed", over} <= by.keys():
         return {}
-    return {f"{figure}_{q}": round(by["shoed"][figure][q] / by[over][figure][q], 2)
-            for figure in ("card_to_ack_ms", "card_to_event_ms") for q in ("p50", "p99")}
+    out = {f"{figure}_{q}": round(by["shoed"][figure][q] / by[over][figure][q], 2)
+           for figure in ("card_to_ack_ms", "card_to_event_ms") for q in ("p50", "p99")}
+    if by[over]["cpu_ms_per_card"]:
+        out["cpu_per_card"] = round(by["shoed"]["cpu_ms_per_card"]
+                                    / by[over]["cpu_ms_per_card"], 2)
+    return out
 
 
 async def footprint(broker: PrivateMosquitto, idle_s: float) -> dict[str, Any]:
@@ -237,8 +251,21 @@ async def footprint(broker: PrivateMosquitto, idle_s: float) -> dict[str, Any]:
     pty.plug()
     runner = asyncio.create_task(pty.run())
     config = shoed_config(tmp, str(tmp / "shoe"), broker.port, 8)
+    notify = tmp / "notify.sock"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(notify))
+    sock.setblocking(False)
+    start = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "shoed.cli", "run", "--config", str(config)],
+                            env=dict(os.environ, NOTIFY_SOCKET=str(notify)),
                             stdout=subprocess.DEVNULL)
+    ready_s = None  # start to READY=1 on an empty journal
+    while ready_s is None and time.perf_counter() - start < 30:
+        try:
+            if b"READY=1" in sock.recv(4096):
+                ready_s = time.perf_counter() - start
+        except BlockingIOError:
+            await asyncio.sleep(0.002)
     await asyncio.sleep(5)
 
     before = cpu_seconds(proc.pid)
@@ -250,7 +277,8 @@ async def footprint(broker: PrivateMosquitto, idle_s: float) -> dict[str, Any]:
     runner.cancel()
     pty.unplug()
     return {"idle_s": idle_s, "cpu_s": round(used, 3),
-            "cpu_percent_of_one_core": round(100 * used / idle_s, 3), "rss_kb": rss}
+            "cpu_percent_of_one_core": round(100 * used / idle_s, 3), "rss_kb": rss,
+            "ready_s": round(ready_s, 3) if ready_s else None}
 
 
 async def main() -> None:
@@ -268,7 +296,12 @@ async def main() -> None:
                         help="bench and broker on CPU 0, the host under test on CPU 1")
     parser.add_argument("--baseline", type=pathlib.Path, default=None,
                         help="another checkout (with .venv) for the target 'baseline'")
+    parser.add_argument("--profile", type=pathlib.Path, default=None,
+                        help="run shoed under cProfile, statistics written here")
     args = parser.parse_args()
+    if args.profile is not None:
+        global PROFILE
+        PROFILE = args.profile.resolve()
     if args.baseline is not None:
         global BASELINE
         BASELINE = args.baseline.resolve()
