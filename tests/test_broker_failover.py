@@ -125,7 +125,8 @@ async def test_the_client_fails_over_with_the_daemon_process(
     tail` and `shoed sink` do with `--url A,B`): the first is killed mid-shoe, the feed
     still yields every event exactly once and in seq order."""
     first, second = broker, second_broker
-    table = TableProcess(tmp_path, [first.url, second.url]).start()  # a TOML list
+    # Slow enough that the shoe is still going when the feed has its first events.
+    table = TableProcess(tmp_path, [first.url, second.url], decks=2, pace=0.06).start()
     got: list[dict[str, Any]] = []
     feed = TableFeed(f"{first.url},{second.url}", "T9", from_seq=1, grace_s=0.5)
     task = asyncio.create_task(consume(feed, got))
