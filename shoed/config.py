@@ -131,6 +131,24 @@ class MqttSection(Section):
         """The brokers' TLS (all of them agree: checked at load)."""
         return self.brokers[0].tls
 
+    def client_auth(self) -> dict[str, Any]:
+        """aiomqtt.Client's credential and TLS arguments for this broker configuration (the
+        password read from its file, never logged; the TLS context as check_tls_files
+        loads it)."""
+        args: dict[str, Any] = {}
+        if self.username:
+            args["username"] = self.username
+        if self.password_file:
+            args["password"] = self.password_file.read_text().strip()
+        if self.tls:
+            context = ssl.create_default_context(
+                cafile=str(self.ca_file) if self.ca_file else None)
+            if self.cert_file:
+                context.load_cert_chain(str(self.cert_file),
+                                        str(self.key_file) if self.key_file else None)
+            args["tls_context"] = context
+        return args
+
     @property
     def host_port(self) -> tuple[str, int]:
         """The first broker's host and port (tools that use one broker use this one)."""

@@ -21,7 +21,6 @@ import json
 import re
 import shutil
 import socket
-import ssl
 import sys
 import textwrap
 import time
@@ -169,17 +168,7 @@ def client_args(settings: Settings, identifier: str, broker: BrokerUrl | None = 
         else aiomqtt.ProtocolVersion.V311,
         "socket_options": [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
     }
-    if mqtt.username:
-        args["username"] = mqtt.username
-    if mqtt.password_file:
-        args["password"] = mqtt.password_file.read_text().strip()
-    if mqtt.tls:
-        context = ssl.create_default_context(
-            cafile=str(mqtt.ca_file) if mqtt.ca_file else None)
-        if mqtt.cert_file:
-            context.load_cert_chain(str(mqtt.cert_file),
-                                    str(mqtt.key_file) if mqtt.key_file else None)
-        args["tls_context"] = context
+    args.update(mqtt.client_auth())
     return args
 
 

@@ -111,17 +111,7 @@ class MqttService:
             args["properties"] = connect
         else:
             args["clean_session"] = False
-        if mqtt.username:
-            args["username"] = mqtt.username
-        if mqtt.password_file:
-            args["password"] = mqtt.password_file.read_text().strip()
-        if mqtt.tls:
-            context = ssl.create_default_context(
-                cafile=str(mqtt.ca_file) if mqtt.ca_file else None)
-            if mqtt.cert_file:
-                context.load_cert_chain(str(mqtt.cert_file),
-                                        str(mqtt.key_file) if mqtt.key_file else None)
-            args["tls_context"] = context
+        args.update(mqtt.client_auth())
         return args
 
     @property
