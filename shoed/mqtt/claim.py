@@ -39,8 +39,10 @@ class RootTaken(BrokerError):
 
 
 async def check_root(args: dict[str, Any], root: str, run_id: str,
-                     online_since: float | None) -> None:
-    """Raise RootTaken when another live daemon holds `root`."""
+                     online_since: float | None, instance: str | None = None) -> None:
+    """Raise RootTaken when another live daemon holds `root`. A status of this journal's
+    own `instance` is this daemon's previous run (the journal's lock admits one daemon),
+    e.g. one whose offline status never reached the broker: not a conflict."""
     # A clean, short-lived session: the daemon's own persistent one stays untouched.
     probe_args = {k: v for k, v in args.items()
                   if k not in ("will", "clean_start", "clean_session", "properties",
@@ -59,6 +61,8 @@ async def check_root(args: dict[str, Any], root: str, run_id: str,
                 body = dict(json.loads(reader.result().payload))
     other = body.get("run_id")
     if not body.get("online") or other in (None, run_id):
+        return
+    if instance is not None and body.get("instance") == instance:
         return
     fresh = time.time() - float(body.get("ts") or 0) < LIVE_S
     first = online_since is None or float(body.get("online_since") or 0) <= online_since

@@ -173,7 +173,8 @@ class MqttService:
         """One connection, until it breaks (raises)."""
         args = self.client_args()
         try:
-            await check_root(args, self.root, self.status.run_id, self.status.online_since)
+            await check_root(args, self.root, self.status.run_id, self.status.online_since,
+                             self.status.instance)
             self.claim.alone()  # table_id_conflict cleared, if it was raised
             if self.status.conflict:
                 self.log.warning("table_id_conflict_over", root=self.root,
