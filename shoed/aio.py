@@ -11,6 +11,10 @@ CancelledError instead of TimeoutError (fixed in 3.11.3), and a long-lived loop 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import signal
+from collections.abc import Coroutine
+from typing import Any
 
 
 class Wakeup:
@@ -81,3 +85,19 @@ def clear_stray_cancel() -> int:
         task.uncancel()
         count += 1
     return count
+
+
+def run_until_signalled(main: Coroutine[Any, Any, int]) -> int:
+    """Run `main` on a new loop until it returns; SIGTERM or SIGINT cancels it (exit 0).
+    Other exceptions propagate to the caller, after the loop is closed."""
+    loop = asyncio.new_event_loop()
+    task = loop.create_task(main)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, task.cancel)
+    try:
+        return loop.run_until_complete(task)
+    except asyncio.CancelledError:
+        return 0
+    finally:
+        loop.close()

@@ -24,6 +24,7 @@ import aiomqtt
 import psycopg
 import structlog
 
+from shoed.aio import run_until_signalled
 from shoed.client.cursor import Cursor
 from shoed.client.feed import TableConnection, TableFeed
 
@@ -194,17 +195,8 @@ def sink(args: argparse.Namespace) -> int:
     from shoed import logs
 
     logs.configure("json", "info")
-    loop = asyncio.new_event_loop()
-    task = loop.create_task(run_sink(args))
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, task.cancel)
     try:
-        return loop.run_until_complete(task)
-    except asyncio.CancelledError:
-        return 0
+        return run_until_signalled(run_sink(args))
     except (psycopg.Error, OSError) as error:
         log.error("sink_stopped", error=str(error))
         return 1
-    finally:
-        loop.close()
