@@ -152,12 +152,15 @@ async def main() -> None:
     parser.add_argument("--pace", type=float, default=0.02)
     parser.add_argument("--journal", type=pathlib.Path, default=None,
                         help="a state directory grown before (reused)")
+    parser.add_argument("--broker-nodelay", action="store_true",
+                        help="the broker sets TCP_NODELAY (Mosquitto's set_tcp_nodelay)")
     args = parser.parse_args()
     ignore_closed_subscriber_writer(asyncio.get_running_loop())
     journal_dir = args.journal or pathlib.Path(tempfile.mkdtemp(prefix="bench-replay-j-"))
     if not (journal_dir / "journal.db").exists():
         grow(journal_dir, args.events, sync=False, seed=1).close()
-    broker = PrivateMosquitto(extra_config="max_queued_messages 1000000\n")
+    broker = PrivateMosquitto(extra_config="max_queued_messages 1000000\n" + (
+        "set_tcp_nodelay true\n" if args.broker_nodelay else ""))
     broker.start()
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     try:

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import aiomqtt
 import pytest
 from proc import DaemonProcess
 from rig import Collector, wait_for
@@ -437,3 +438,160 @@ def conflict_alarms(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def iso_ts(event: dict[str, Any]) -> float:
     return datetime.datetime.fromisoformat(str(event["ts"]).replace("Z", "+00:00")).timestamp()
+
+
+
+class KickingProxy:
+    """A TCP proxy in front of Mosquitto that can end the daemon's connection as a
+    broker does when another client takes the session over: MQTT 5 DISCONNECT with
+    reason 0x8E, then close (Mosquitto 2.0.12 and later, EMQX and HiveMQ send it; the
+    2.0.11 of Debian 12 just closes)."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.listen_port = 0
+        self.links: list[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = []
+        self.accepted = 0
+        self.server: asyncio.Server | None = None
+
+    async def start(self) -> None:
+        self.server = await asyncio.start_server(self._link, "127.0.0.1", 0)
+        self.listen_port = self.server.sockets[0].getsockname()[1]
+
+    async def _link(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.accepted += 1
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.port)
+        self.links.append((writer, up_writer))
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(Exception):
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            dst.close()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    def kick(self) -> None:
+        """The session taken over: DISCONNECT 0x8E to the daemon, both sides closed."""
+        for down, up in self.links:
+            with contextlib.suppress(Exception):
+                down.write(bytes([0xE0, 0x02, 0x8E, 0x00]))
+                down.close()
+                up.close()
+        self.links.clear()
+
+
+def test_a_session_taken_over_mqtt5_reason_is_a_conflict(tmp_path: pathlib.Path) -> None:
+    """The broker's MQTT 5 DISCONNECT 0x8E (session taken over): the daemon backs off
+    10 s (no reconnect storm), logs `table_id_conflict` at error with its run_id, shows
+    CONFLICT in STATUS=, keeps journalling, and its stream has the alarm raised, then
+    cleared once it held its session again for 10 s."""
+    broker = PrivateMosquitto()
+    broker.start()
+
+    async def main() -> None:
+        proxy = KickingProxy(broker.port)
+        await proxy.start()
+        collector, task = await _collector(broker)
+        with daemon(tmp_path, f"mqtt://127.0.0.1:{proxy.listen_port}") as d:
+            d.start_shoe(seed=5, pace=0.1)
+            d.start()
+            await wait_for(lambda: d.logged("mqtt_connected"), 20, "daemon on the broker")
+            await wait_for(lambda: collector.events, 20, "events")
+            run_id = d.logged("ready")[0]["run_id"]
+            proxy.kick()
+            kicked_at = time.monotonic()
+            await wait_for(lambda: d.logged("table_id_conflict"), 5, "the takeover seen")
+            await wait_for(lambda: any("CONFLICT" in s for s in d.notifications.statuses()),
+                           5, "STATUS= shows the conflict")
+            await wait_for(lambda: len(d.logged("mqtt_connected")) == 2, 20, "back on")
+            back_after = time.monotonic() - kicked_at
+            conflict = d.logged("table_id_conflict")[0]
+            assert conflict["level"] == "error" and conflict["run_id"] == run_id
+            assert conflict["cause"] == "session_taken_over"
+            assert conflict["client_id"] == "shoed-T9" and "0x8E" in conflict["evidence"]
+            assert "unknown" in conflict["other_run_id"]
+            assert back_after > 9.0, back_after  # backed off: no reconnect storm
+            assert proxy.accepted == 4  # twice: the probe of the root, then the session
+            await wait_for(lambda: len(conflict_alarms(collector.events)) >= 2, 20,
+                           "table_id_conflict raised and cleared in the daemon's stream")
+            raised, cleared = conflict_alarms(collector.events)
+            assert (raised["active"], cleared["active"]) == (True, False)
+            assert raised["alarm_id"] == cleared["alarm_id"]
+            assert f"run_id {run_id}" in raised["message"]
+            assert iso_ts(cleared) - iso_ts(raised) > 18.0  # 10 s back-off, then 10 s held
+            assert d.logged("table_id_conflict_over")
+            events = collector.events
+            assert [e["seq"] for e in events] == list(range(1, len(events) + 1))  # gapless
+            assert d.stop() == 0
+        task.cancel()
+
+    try:
+        asyncio.run(main())
+    finally:
+        broker.stop()
+
+
+def test_a_client_kicking_the_daemon_off_again_and_again_is_a_conflict(
+        tmp_path: pathlib.Path) -> None:
+    """A broker that closes a taken-over connection without a reason (Debian 12's
+    Mosquitto 2.0.11): another client with the daemon's client id that reconnects each
+    time it is kicked off (a second daemon with the same table id on another root). The
+    daemon sees its connection closed 3 times within 30 s, each soon after connecting:
+    a conflict, then it backs off 10 s at a time instead of joining the storm."""
+    broker = PrivateMosquitto()
+    broker.start()
+
+    async def main() -> None:
+        collector, task = await _collector(broker)
+        with daemon(tmp_path, broker.url) as d:
+            d.start_shoe(seed=5, pace=0.1)
+            d.start()
+            await wait_for(lambda: d.logged("mqtt_connected"), 20, "daemon on the broker")
+            run_id = d.logged("ready")[0]["run_id"]
+            intruder_connects = 0
+
+            async def intruder() -> None:
+                nonlocal intruder_connects
+                while True:
+                    with contextlib.suppress(aiomqtt.MqttError):
+                        async with aiomqtt.Client("127.0.0.1", broker.port,
+                                                  identifier="shoed-T9") as client:
+                            intruder_connects += 1
+                            async for _ in client.messages:
+                                pass
+                    await asyncio.sleep(0.3)
+
+            storm = asyncio.create_task(intruder())
+            await wait_for(lambda: d.logged("table_id_conflict"), 20, "the storm seen")
+            seen_at = time.monotonic()
+            await wait_for(lambda: any("CONFLICT" in s for s in d.notifications.statuses()),
+                           5, "STATUS= shows the conflict")
+            connects_then = len(d.logged("mqtt_connected"))
+            await asyncio.sleep(12.0)
+            # At most one try per 10 s back-off, each kicked off again (not a storm).
+            assert len(d.logged("mqtt_connected")) - connects_then <= 2
+            storm.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await storm
+            conflict = d.logged("table_id_conflict")[0]
+            assert conflict["level"] == "error" and conflict["run_id"] == run_id
+            assert conflict["cause"] == "session_taken_over"
+            assert "3 times within 30 s" in conflict["evidence"]
+            assert intruder_connects >= 3
+            # Alone again: back on within a back-off, the conflict cleared 10 s later.
+            await wait_for(lambda: len(conflict_alarms(collector.events)) >= 2, 35,
+                           "table_id_conflict raised and cleared in the daemon's stream")
+            assert time.monotonic() - seen_at > 10.0
+            raised, cleared = conflict_alarms(collector.events)
+            assert (raised["active"], cleared["active"]) == (True, False)
+            events = collector.events
+            assert [e["seq"] for e in events] == list(range(1, len(events) + 1))  # gapless
+            assert d.stop() == 0
+        task.cancel()
+
+    try:
+        asyncio.run(main())
+    finally:
+        broker.stop()

@@ -38,6 +38,31 @@ class RootTaken(BrokerError):
                          f"this one (run_id {ours}) does not publish there")
 
 
+#: MQTT 5 DISCONNECT reason "Session taken over": another client connected with our id.
+SESSION_TAKEN_OVER = 0x8E
+
+
+class SessionTakenOver(RootTaken):
+    """The broker handed this daemon's MQTT session to another client with the same
+    client id: a second daemon with this table id, on this root or another, or a foreign
+    client. Seen from the broker's MQTT 5 DISCONNECT 0x8E (Mosquitto 2.0.12 and later,
+    EMQX, HiveMQ), or, from a broker that just closes the connection (Mosquitto 2.0.11,
+    MQTT 3.1.1), as the connection closed TAKEOVER_DROPS times within TAKEOVER_WINDOW_S,
+    each soon after it was made. The other's run_id is not known from the broker; when
+    it is a daemon on this root, the next look at the root names it."""
+
+    def __init__(self, root: str, ours: str, client_id: str, evidence: str) -> None:
+        BrokerError.__init__(
+            self, f"the broker handed this daemon's MQTT session (client id {client_id}) "
+                  f"to another client ({evidence}): another daemon with this table id or "
+                  f"client id (run_id unknown); this one (run_id {ours}) does not publish "
+                  f"under {root} for now")
+        self.evidence = evidence
+        self.theirs = {}
+        self.other_run_id = f"unknown (another client took client id {client_id})"
+        self.client_id = client_id
+
+
 async def check_root(args: dict[str, Any], root: str, run_id: str,
                      online_since: float | None, instance: str | None = None) -> None:
     """Raise RootTaken when another live daemon holds `root`. A status of this journal's

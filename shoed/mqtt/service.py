@@ -35,7 +35,13 @@ from shoed.config import Settings
 from shoed.desk import CommandDesk
 from shoed.errors import BrokerError, NotABroker
 from shoed.mqtt.brokers import BrokerList
-from shoed.mqtt.claim import RootClaim, RootTaken, check_root
+from shoed.mqtt.claim import (
+    SESSION_TAKEN_OVER,
+    RootClaim,
+    RootTaken,
+    SessionTakenOver,
+    check_root,
+)
 from shoed.mqtt.inbox import Inbox, StampedQueue, publish_properties
 from shoed.mqtt.writes import send_when_queued
 from shoed.status import TableStatus
@@ -47,6 +53,12 @@ IDLE_WAKE_S = 5.0  # the publisher looks at the outbox at least this often
 CONNECT_TIMEOUT_S = 5.0  # no CONNACK by then: whatever answers is not a usable broker
 BACKOFF_S = (0.5, 10.0)  # first and longest wait between connection attempts
 CONFLICT_BACKOFF_S = 10.0  # another daemon holds the root: look again this much later
+# A broker that closes a connection taken over without saying why: this many closes
+# within this window, each of a connection younger than SHORT_CONNECTION_S, mean a
+# session taken over (a reconnect storm of two clients with one client id).
+TAKEOVER_DROPS = 3
+TAKEOVER_WINDOW_S = 30.0
+SHORT_CONNECTION_S = 10.0
 SESSION_EXPIRY_S = 86400  # the broker keeps our session (and queues commands) this long
 
 
@@ -80,6 +92,12 @@ class MqttService:
         # Made once: every publish under MQTT 5 carries them (no cost per card).
         self._props: Properties | None = publish_properties() if self.v5 else None
         self._connack: Any = None  # CONNACK properties (MQTT 5)
+        self._disconnect_reason: Any = None  # the broker's DISCONNECT reason (MQTT 5)
+        # The last connection ended with our session taken over: the conflict is over
+        # only once a new connection has held for CONFLICT_BACKOFF_S.
+        self._taken_over = False
+        self._connected_at: float | None = None  # loop time this connection was made
+        self._short_drops: list[float] = []  # loop times of short connections' ends
         self.session_present: bool | None = None
         self.inbox = Inbox(self.root, desk, self._props, log, self._alive)
         outbox.on_ready = self._outbox_wake.set
@@ -129,6 +147,7 @@ class MqttService:
         while True:
             self._alive()
             connects = self.connects
+            conflicted = False
             try:
                 await self._connection()
             except asyncio.CancelledError:
@@ -140,9 +159,14 @@ class MqttService:
                                action="reconnecting", outbox=self.outbox.depth())
                 self.status.set(mqtt_error="connection task cancelled unexpectedly")
             except RootTaken as error:
-                backoff = CONFLICT_BACKOFF_S
+                conflicted = True
+                taken = isinstance(error, SessionTakenOver)
+                self._taken_over = self._taken_over or taken
                 self.log.error("table_id_conflict", root=self.root, run_id=self.status.run_id,
-                               other_run_id=error.other_run_id, retry_in_s=backoff,
+                               other_run_id=error.other_run_id, retry_in_s=CONFLICT_BACKOFF_S,
+                               cause="session_taken_over" if taken else "root_status",
+                               client_id=getattr(error, "client_id", None),
+                               evidence=getattr(error, "evidence", None),
                                action="not publishing under the root; the shoe is served and "
                                "journalled")
                 self.status.set(conflict=str(error), mqtt_error="root taken")
@@ -164,10 +188,12 @@ class MqttService:
                 self.status.set(mqtt_connected=False, broker_url=None)
             if self.connects > connects:
                 backoff = BACKOFF_S[0]  # it was connected: start the back-off afresh
-            # The next broker of the list; wait only after a drop or a whole round failed.
-            if self.brokers.advance(was_connected=self.connects > connects):
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, BACKOFF_S[1])
+            # The next broker of the list; wait only after a drop or a whole round failed,
+            # and always after a conflict (no reconnect storm).
+            if self.brokers.advance(was_connected=self.connects > connects) or conflicted:
+                await asyncio.sleep(CONFLICT_BACKOFF_S if conflicted else backoff)
+                if not conflicted:
+                    backoff = min(backoff * 2, BACKOFF_S[1])
 
     async def _connection(self) -> None:
         """One connection, until it breaks (raises)."""
@@ -175,11 +201,8 @@ class MqttService:
         try:
             await check_root(args, self.root, self.status.run_id, self.status.online_since,
                              self.status.instance)
-            self.claim.alone()  # table_id_conflict cleared, if it was raised
-            if self.status.conflict:
-                self.log.warning("table_id_conflict_over", root=self.root,
-                                 run_id=self.status.run_id)
-                self.status.set(conflict=None)
+            if not self._taken_over:
+                self._conflict_over()
             client = aiomqtt.Client(**args)
             self._watch_connack(client)
             await client.__aenter__()
@@ -189,12 +212,50 @@ class MqttService:
             raise self._not_a_broker(error, args["timeout"]) from error
         try:
             await self._connected(client)
+        except (aiomqtt.MqttError, BrokerError) as error:
+            evidence = self._takeover_evidence()
+            if evidence is not None:
+                raise SessionTakenOver(self.root, self.status.run_id, args["identifier"],
+                                       evidence) from error
+            raise
         finally:
             with contextlib.suppress(Exception):
                 await client.__aexit__(None, None, None)
 
+    def _takeover_evidence(self) -> str | None:
+        """Why a connection that ended was taken over by another client, or None."""
+        if getattr(self._disconnect_reason, "value", None) == SESSION_TAKEN_OVER:
+            return "the broker said so: MQTT 5 DISCONNECT 0x8E, session taken over"
+        now = asyncio.get_running_loop().time()
+        if self._connected_at is None or now - self._connected_at >= SHORT_CONNECTION_S:
+            return None
+        self._short_drops = [t for t in self._short_drops if now - t < TAKEOVER_WINDOW_S]
+        self._short_drops.append(now)
+        if len(self._short_drops) < TAKEOVER_DROPS:
+            return None
+        return (f"the broker closed the connection {len(self._short_drops)} times within "
+                f"{TAKEOVER_WINDOW_S:g} s, each less than {SHORT_CONNECTION_S:g} s after "
+                "it was made")
+
+    def _conflict_over(self) -> None:
+        """Alone on the root: `table_id_conflict` cleared (if it was raised)."""
+        self.claim.alone()
+        if self.status.conflict:
+            self.log.warning("table_id_conflict_over", root=self.root,
+                             run_id=self.status.run_id)
+            self.status.set(conflict=None)
+
+    async def _settle(self) -> None:
+        """After a session takeover: alone once this connection held CONFLICT_BACKOFF_S
+        (the other client did not take the session back)."""
+        if self._taken_over:
+            await asyncio.sleep(CONFLICT_BACKOFF_S)
+            self._taken_over = False
+            self._conflict_over()
+
     async def _connected(self, client: aiomqtt.Client) -> None:
         send_when_queued(client)  # the event's bytes leave without a loop turn
+        self._connected_at = asyncio.get_running_loop().time()
         self.client = client
         self.connects += 1
         self.brokers.connected()
@@ -216,13 +277,15 @@ class MqttService:
         parts = {asyncio.create_task(coro, name=f"mqtt.{name}") for name, coro in (
             ("publisher", self._publisher(client)), ("listener", self._listener(client)),
             ("retained", self._retained(client)))}
-        once = asyncio.create_task(self._republish_soon(client), name="mqtt.republish")
-        pending = {*parts, once}
+        # Parts that end by themselves when their work is done.
+        once = {asyncio.create_task(self._republish_soon(client), name="mqtt.republish"),
+                asyncio.create_task(self._settle(), name="mqtt.settle")}
+        pending = parts | once
         try:
             while pending:
                 done, pending = await asyncio.wait(pending,
                                                    return_when=asyncio.FIRST_COMPLETED)
-                ended = [_outcome(task) for task in done if task is not once or
+                ended = [_outcome(task) for task in done if task not in once or
                          task.cancelled() or task.exception() is not None]
                 if ended:
                     raise ended[0]
@@ -236,9 +299,12 @@ class MqttService:
                     _outcome(task)  # retrieved: nothing is left for asyncio to report
 
     def _watch_connack(self, client: aiomqtt.Client) -> None:
-        """Keep the CONNACK's session-present flag and properties (aiomqtt drops them)."""
+        """Keep the CONNACK's session-present flag and properties, and the reason of a
+        DISCONNECT from the broker (aiomqtt drops them)."""
         paho = client._client
         inner: Any = paho.on_connect
+        inner_disconnect: Any = paho.on_disconnect
+        self._disconnect_reason = None
 
         def on_connect(c: Any, userdata: Any, flags: Any, reason: Any,
                        properties: Any = None) -> None:
@@ -246,7 +312,13 @@ class MqttService:
             self._connack = properties
             inner(c, userdata, flags, reason, properties)
 
+        def on_disconnect(c: Any, userdata: Any, flags: Any, reason: Any,
+                          properties: Any = None) -> None:
+            self._disconnect_reason = reason
+            inner_disconnect(c, userdata, flags, reason, properties)
+
         paho.on_connect = on_connect
+        paho.on_disconnect = on_disconnect
         # A command is acknowledged to the broker only once answered: one that was in
         # the daemon's hands when it stopped is delivered again (and answered from the
         # (sender, request_id) memory if it had been).
