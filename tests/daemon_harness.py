@@ -5,7 +5,9 @@ that only tests install, chosen by environment variables (never in the product):
   its ACK (a hook on the recorder's RECORD_HOOKS);
 * SHOED_TEST_FAIL=mqtt|device|timer and SHOED_TEST_FAIL_TIMES=N (default: always): that
   loop raises RuntimeError("injected fault") N times, then works;
-* SHOED_TEST_BACKOFF=first,longest: the supervisor's restart back-off, in seconds.
+* SHOED_TEST_BACKOFF=first,longest: the supervisor's restart back-off, in seconds;
+* SHOED_TEST_NO_REPLAY_CONNECTION=1: a replay's own connection cannot be made (it goes
+  to a port where nothing listens).
 """
 
 from __future__ import annotations
@@ -13,8 +15,11 @@ from __future__ import annotations
 import os
 import pathlib
 import signal
+import socket
 import sys
 from typing import Any
+
+import aiomqtt
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
@@ -49,12 +54,23 @@ def _failing(cls: Any, method: str, times: int | None) -> None:
     setattr(cls, method, wrapper)
 
 
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])  # closed again: nothing listens there
+
+
 def install() -> None:
     if crash := int(os.environ.get("SHOED_TEST_CRASH_AFTER_COMMIT", "0") or 0):
         _crash_after(crash)
     if backoff := os.environ.get("SHOED_TEST_BACKOFF"):
         first, longest = (float(x) for x in backoff.split(","))
         supervisor.BACKOFF_S = (first, longest)
+    if os.environ.get("SHOED_TEST_NO_REPLAY_CONNECTION"):
+        def nowhere(self: MqttService) -> aiomqtt.Client:
+            return aiomqtt.Client("127.0.0.1", _closed_port(), timeout=2.0)
+
+        MqttService.replay_client = nowhere  # type: ignore[method-assign]
     times_text = os.environ.get("SHOED_TEST_FAIL_TIMES")
     times = int(times_text) if times_text else None
     fail = os.environ.get("SHOED_TEST_FAIL")

@@ -63,16 +63,22 @@ class SessionTakenOver(RootTaken):
         self.client_id = client_id
 
 
+def side_connection_args(args: dict[str, Any], name: str) -> dict[str, Any]:
+    """The daemon's connection arguments for a connection beside it: the same broker and
+    login, client id `<client_id>-<name>`, a clean short-lived session and no will (the
+    daemon's own persistent session stays untouched, nobody is kicked off)."""
+    side = {k: v for k, v in args.items()
+            if k not in ("will", "clean_start", "clean_session", "properties", "queue_type")}
+    side["identifier"] = f"{args['identifier']}-{name}"
+    return side
+
+
 async def check_root(args: dict[str, Any], root: str, run_id: str,
                      online_since: float | None, instance: str | None = None) -> None:
     """Raise RootTaken when another live daemon holds `root`. A status of this journal's
     own `instance` is this daemon's previous run (the journal's lock admits one daemon),
     e.g. one whose offline status never reached the broker: not a conflict."""
-    # A clean, short-lived session: the daemon's own persistent one stays untouched.
-    probe_args = {k: v for k, v in args.items()
-                  if k not in ("will", "clean_start", "clean_session", "properties",
-                               "queue_type")}
-    probe_args["identifier"] = f"{args['identifier']}-probe-{run_id}"
+    probe_args = side_connection_args(args, f"probe-{run_id}")
     body: dict[str, Any] = {}
     async with aiomqtt.Client(**probe_args) as probe:
         await probe.subscribe(f"{root}/status", qos=1)

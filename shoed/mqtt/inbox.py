@@ -6,13 +6,23 @@ handed to the desk with what the broker said about it (retained, MQTT 5 expiry l
 long it waited inside the daemon) and answered on the sender's own answer topic (or the
 MQTT 5 response topic within it, with the correlation data). A command is acknowledged to
 the broker (manual PUBACK) only once answered, so one in the daemon's hands when the
-connection or the daemon stops is delivered again. A `replay` page goes out from its own
-task, a few events in flight, so live events interleave with it.
+connection or the daemon stops is delivered again.
+
+A `replay` page goes out from its own task on a connection of its own (client id
+`<client_id>-replay-<random>`, a clean session, no will), REPLAY_IN_FLIGHT events
+awaiting their PUBACK at a time, and gives way to the live publisher: before each
+replayed event it waits until the publisher has nothing to send and nothing in flight.
+On its own connection the broker's PUBACKs for the replay never hold the live event's
+(a broker without TCP_NODELAY, Mosquitto's default, sends a second small packet only
+once the first is acknowledged: up to 40 ms). Its answer goes on the daemon's own
+connection once every replayed event has its PUBACK. When the replay connection cannot
+be made, the page goes out on the daemon's connection, REPLAY_WINDOW at a time.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -25,7 +35,8 @@ from paho.mqtt.properties import Properties
 from shoed.core.commands import ANONYMOUS
 from shoed.desk import Answer, CommandDesk, Incoming, ReplayPage
 
-REPLAY_WINDOW = 4  # replayed events in flight per replay: a live event waits behind few
+REPLAY_IN_FLIGHT = 32  # replayed events awaiting PUBACK at once, on the replay connection
+REPLAY_WINDOW = 4  # the same on the daemon's own connection (no replay connection)
 REPLAYS_AT_ONCE = 2  # replays re-sent at the same time; more wait their turn
 #: Awaited before each command is handled (empty in the product; the tests put a delay
 #: here to make a command wait inside the daemon, as a busy daemon would).
@@ -53,7 +64,9 @@ def publish_properties(content_type: str = "application/json",
 
 class Inbox:
     def __init__(self, root: str, desk: CommandDesk, props: Properties | None, log: Any,
-                 alive: Callable[[], None]) -> None:
+                 alive: Callable[[], None],
+                 replay_client: Callable[[], aiomqtt.Client] | None = None,
+                 live_idle: Callable[[], Awaitable[None]] | None = None) -> None:
         self.root = root
         self.desk = desk
         self.v5 = props is not None
@@ -62,6 +75,8 @@ class Inbox:
         self._alive = alive
         self._replays: set[asyncio.Task[None]] = set()
         self._replay_turns = asyncio.Semaphore(REPLAYS_AT_ONCE)
+        self._replay_client = replay_client  # a connection of the replay's own
+        self._live_idle = live_idle  # returns once the live publisher is idle
 
     def take_replays(self) -> set[asyncio.Task[None]]:
         """The replays in flight (the connection ends: the caller cancels them)."""
@@ -133,19 +148,79 @@ class Inbox:
 
     async def _send_replay(self, client: aiomqtt.Client, answer: Answer, topic: str,
                            props: Properties | None, message: aiomqtt.Message) -> None:
-        """A replay's events on `{root}/replay`, then its answer: from their own task, a
-        few in flight at a time, so the live publisher's events interleave with them."""
+        """A replay's events on `{root}/replay`, then its answer (module docstring)."""
         page: ReplayPage | None = answer.replay
         assert page is not None
+        loop = asyncio.get_running_loop()
         async with self._replay_turns:
-            for chunk in self.desk.replay_chunks(page):
-                for start in range(0, len(chunk), REPLAY_WINDOW):
-                    await asyncio.gather(*(
-                        client.publish(f"{self.root}/replay", body, qos=1,
-                                       properties=self._props)
-                        for body in chunk[start:start + REPLAY_WINDOW]))
+            started = loop.time()
+            own = await self._open_replay_connection()
+            try:
+                sent = await self._stream(own or client, page, REPLAY_IN_FLIGHT
+                                          if own is not None else REPLAY_WINDOW)
+            finally:
+                if own is not None:
+                    with contextlib.suppress(Exception):
+                        await own.__aexit__(None, None, None)
+        took = loop.time() - started
+        self.log.info("replay_sent", request_id=(answer.body or {}).get("request_id"),
+                      events=sent,
+                      connection="own" if own is not None else "shared",
+                      took_s=round(took, 3), events_per_s=round(sent / took) if took else None)
         await client.publish(topic, json.dumps(answer.body), qos=1, properties=props)
         self._ack(client, message)
+
+    async def _open_replay_connection(self) -> aiomqtt.Client | None:
+        if self._replay_client is None:
+            return None
+        own = self._replay_client()
+        try:
+            await own.__aenter__()
+        except (aiomqtt.MqttError, OSError) as error:
+            self.log.warning("replay_connection_failed", error=str(error) or repr(error),
+                             action=f"replayed on the daemon's connection, {REPLAY_WINDOW} "
+                                    "in flight")
+            return None
+        return own
+
+    async def _stream(self, via: aiomqtt.Client, page: ReplayPage, in_flight: int) -> int:
+        """The page's events in seq order, `in_flight` awaiting their PUBACK at a time,
+        each only once the live publisher is idle; returns how many once all have their
+        PUBACK (raises the first failure)."""
+        loop = asyncio.get_running_loop()
+        window = asyncio.Semaphore(in_flight)
+        pending: set[asyncio.Task[None]] = set()
+        failed: list[BaseException] = []
+        topic = f"{self.root}/replay"
+        sent = 0
+
+        def done(task: asyncio.Task[None]) -> None:
+            pending.discard(task)
+            window.release()
+            if not task.cancelled() and (error := task.exception()) is not None:
+                failed.append(error)
+
+        try:
+            for chunk in self.desk.replay_chunks(page):
+                for body in chunk:
+                    await window.acquire()
+                    if failed:
+                        raise failed[0]
+                    if self._live_idle is not None:
+                        await self._live_idle()
+                    task = loop.create_task(via.publish(topic, body, qos=1,
+                                                        properties=self._props))
+                    pending.add(task)
+                    task.add_done_callback(done)
+                    sent += 1
+            while pending:
+                await asyncio.wait(set(pending))
+            if failed:
+                raise failed[0]
+            return sent
+        finally:
+            for task in pending:
+                task.cancel()
 
     def _replay_done(self, task: asyncio.Task[None]) -> None:
         self._replays.discard(task)

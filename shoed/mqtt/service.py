@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import secrets
 import socket
 import ssl
 import time
@@ -41,8 +42,9 @@ from shoed.mqtt.claim import (
     RootTaken,
     SessionTakenOver,
     check_root,
+    side_connection_args,
 )
-from shoed.mqtt.inbox import Inbox, StampedQueue, publish_properties
+from shoed.mqtt.inbox import REPLAY_IN_FLIGHT, Inbox, StampedQueue, publish_properties
 from shoed.mqtt.writes import send_when_queued
 from shoed.status import TableStatus
 from shoed.store.outbox import Outbox
@@ -99,7 +101,9 @@ class MqttService:
         self._connected_at: float | None = None  # loop time this connection was made
         self._short_drops: list[float] = []  # loop times of short connections' ends
         self.session_present: bool | None = None
-        self.inbox = Inbox(self.root, desk, self._props, log, self._alive)
+        self._live_quiet = asyncio.Event()  # the publisher has nothing to send or in flight
+        self.inbox = Inbox(self.root, desk, self._props, log, self._alive,
+                           replay_client=self.replay_client, live_idle=self.live_idle)
         outbox.on_ready = self._outbox_wake.set
         status.on_change(self._status_wake.set)
 
@@ -131,6 +135,20 @@ class MqttService:
             args["clean_session"] = False
         args.update(mqtt.client_auth())
         return args
+
+    def replay_client(self) -> aiomqtt.Client:
+        """A connection for a replay's events (inbox.py): the broker and login of this
+        connection, its own client id, a clean session, no will."""
+        args = side_connection_args(self.client_args(), f"replay-{secrets.token_hex(4)}")
+        args["max_inflight_messages"] = REPLAY_IN_FLIGHT
+        return aiomqtt.Client(**args)
+
+    async def live_idle(self) -> None:
+        """Returns once the live publisher has nothing to send and nothing in flight
+        (a replay gives way to it before each replayed event)."""
+        while not self._live_quiet.is_set() or self.outbox.fresh:
+            self._live_quiet.clear()
+            await self._live_quiet.wait()
 
     @property
     def url(self) -> str:
@@ -340,13 +358,17 @@ class MqttService:
     async def _publisher(self, client: aiomqtt.Client) -> None:
         outbox, topic = self.outbox, f"{self.root}/events"
         timeout = self.settings.mqtt.publish_timeout_s
+        self._live_quiet.clear()  # a replay waits for this connection's backlog to go out
         while True:
             self._outbox_wake.clear()
             rows = outbox.take()
             if not rows:
                 await self._publish_state(client)
                 self._alive()
+                if not outbox.fresh:
+                    self._live_quiet.set()
                 await self._outbox_wake.wait(IDLE_WAKE_S)
+                self._live_quiet.clear()
                 continue
             last: int | None = None
             try:
