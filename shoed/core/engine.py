@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -63,7 +63,7 @@ from . import commands as cmd
 from . import events as ev
 from . import pulls
 from .cards import commencement_count, parse_card, value
-from .checkpoint import Checkpoint, take
+from .checkpoint import REBASE_EVERY, Checkpoint, Replayed, Trail, take
 from .config import EngineConfig
 from .errors import CardNotationError
 from .game import PB_POSITIONS, HandResult, evaluate
@@ -242,10 +242,11 @@ class Engine:
         #: roll_back() when the journal cannot store what that input did (memory must not
         #: run ahead of disk).
         self.last_rollback: Checkpoint | None = None
-        # A device-input checkpoint taken ahead of time (prepare_checkpoint), valid while
-        # the state object and the number of inputs handled are what they were then.
-        self._prepared: tuple[EngineState, int, Checkpoint] | None = None
-        self._handled = 0
+        # The way back for device inputs (checkpoint.Replayed): a base and the inputs
+        # handled since. None: the next device input starts one.
+        self._trail: Trail | None = None
+        # A scratch engine handling a trail's inputs again: its checkpoints are pickles.
+        self._replaying = False
 
     # -- public API ---------------------------------------------------------------------
 
@@ -264,14 +265,21 @@ class Engine:
     def handle(self, inp: Input) -> Output:
         """Apply one input. Never raises; a refused command changes nothing."""
         full = isinstance(inp, CommandInput)
-        prepared, self._prepared = self._prepared, None
-        if not full and prepared is not None and prepared[0] is self._state \
-                and prepared[1] == self._handled:
-            rollback = prepared[2]
-        else:
+        if full or self._replaying:
             rollback = self.checkpoint(full)
-        self._handled += 1
+        else:
+            trail = self._trail
+            if trail is None:
+                trail = self._trail = Trail(self._state)
+            rollback = Replayed(trail, len(trail.inputs), self._replay)
         self.last_rollback = rollback
+        try:
+            return self._handle(inp, rollback)
+        finally:
+            if self._trail is not None and not self._replaying:
+                self._trail.inputs.append(inp)  # whatever it did, handling it again does
+
+    def _handle(self, inp: Input, rollback: Checkpoint) -> Output:
         self._out = Output()
         self._at = inp.at
         self._mono = inp.mono if inp.mono is not None else inp.at
@@ -300,14 +308,22 @@ class Engine:
         """Put the state back to a checkpoint (:attr:`last_rollback` or :meth:`checkpoint`):
         what the shell does when the journal could not store the inputs since."""
         self._state = to()
-        self._prepared = None
+        self._trail = to.trail_to_here() if isinstance(to, Replayed) else None
 
     def prepare_checkpoint(self) -> None:
-        """Take the checkpoint the next device input needs now, while nothing waits (the
-        daemon calls this after a card's event has left). handle() uses it only if the
-        state is still the same object and no input was handled since; the state must
-        not be changed in place outside handle() in between (nothing does)."""
-        self._prepared = (self._state, self._handled, self.checkpoint(full=False))
+        """Start a new trail when the current one is REBASE_EVERY inputs long (or there is
+        none), while nothing waits: the daemon calls this after a card's event has left."""
+        if self._trail is None or len(self._trail.inputs) >= REBASE_EVERY:
+            self._trail = Trail(self._state)
+
+    def _replay(self, state: EngineState, inputs: Sequence[Input]) -> EngineState:
+        """`inputs` handled again from `state` in a scratch engine (a Replayed checkpoint)."""
+        scratch = Engine(self.config)
+        scratch._state = state  # as it was (no rebuild of what a restore would rebuild)
+        scratch._replaying = True
+        for inp in inputs:
+            scratch.handle(inp)
+        return scratch._state
 
     def checkpoint(self, full: bool) -> Checkpoint:
         """Something to roll back to (see :func:`shoed.core.checkpoint.take`)."""
