@@ -266,16 +266,15 @@ class CommandDesk:
                            f"expected from_seq..to_seq within {first}..{last}, "
                            f"got {command.from_seq}..{command.to_seq}", "replay", sender)
         else:
-            seqs = journal.seqs_between(command.from_seq, to_seq, self.replay_max + 1)
-            more = len(seqs) > self.replay_max
-            seqs = seqs[:self.replay_max]
-            if seqs:
-                page = ReplayPage(seqs[0], seqs[-1], len(seqs))
+            count, low, high, more = journal.page_between(command.from_seq, to_seq,
+                                                          self.replay_max)
+            if count:
+                page = ReplayPage(low, high, count)
             body = success(command.request_id, "replay", sender, {
                 "from_seq": command.from_seq,
-                "to_seq": seqs[-1] if seqs else to_seq,
-                "count": len(seqs),
-                "next_from_seq": seqs[-1] + 1 if more else None})
+                "to_seq": high if count else to_seq,
+                "count": count,
+                "next_from_seq": high + 1 if more else None})
         answer = self._remember(key, body)
         answer.replay = page
         return answer

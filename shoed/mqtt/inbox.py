@@ -34,9 +34,11 @@ from paho.mqtt.properties import Properties
 
 from shoed.core.commands import ANONYMOUS
 from shoed.desk import Answer, CommandDesk, Incoming, ReplayPage
+from shoed.mqtt.window import PublishWindow
 
 REPLAY_IN_FLIGHT = 32  # replayed events awaiting PUBACK at once, on the replay connection
 REPLAY_WINDOW = 4  # the same on the daemon's own connection (no replay connection)
+REPLAY_YIELD_EVERY = 8  # replayed events handed over between two turns of the loop
 REPLAYS_AT_ONCE = 2  # replays re-sent at the same time; more wait their turn
 #: Awaited before each command is handled (empty in the product; the tests put a delay
 #: here to make a command wait inside the daemon, as a busy daemon would).
@@ -66,7 +68,8 @@ class Inbox:
     def __init__(self, root: str, desk: CommandDesk, props: Properties | None, log: Any,
                  alive: Callable[[], None],
                  replay_client: Callable[[], aiomqtt.Client] | None = None,
-                 live_idle: Callable[[], Awaitable[None]] | None = None) -> None:
+                 live_idle: Callable[[], Awaitable[None]] | None = None,
+                 publish_timeout: float = 5.0) -> None:
         self.root = root
         self.desk = desk
         self.v5 = props is not None
@@ -77,6 +80,7 @@ class Inbox:
         self._replay_turns = asyncio.Semaphore(REPLAYS_AT_ONCE)
         self._replay_client = replay_client  # a connection of the replay's own
         self._live_idle = live_idle  # returns once the live publisher is idle
+        self.publish_timeout = publish_timeout  # no PUBACK for this long: the replay fails
 
     def take_replays(self) -> set[asyncio.Task[None]]:
         """The replays in flight (the connection ends: the caller cancels them)."""
@@ -156,8 +160,10 @@ class Inbox:
             started = loop.time()
             own = await self._open_replay_connection()
             try:
-                sent = await self._stream(own or client, page, REPLAY_IN_FLIGHT
-                                          if own is not None else REPLAY_WINDOW)
+                if own is not None:
+                    sent = await self._stream_windowed(own, page)
+                else:
+                    sent = await self._stream(client, page, REPLAY_WINDOW)
             finally:
                 if own is not None:
                     with contextlib.suppress(Exception):
@@ -182,6 +188,25 @@ class Inbox:
                                     "in flight")
             return None
         return own
+
+    async def _stream_windowed(self, via: aiomqtt.Client, page: ReplayPage) -> int:
+        """On the replay's own connection: REPLAY_IN_FLIGHT awaiting their PUBACK, each
+        event only once the live publisher is idle, a loop turn every REPLAY_YIELD_EVERY
+        events (a card's frame that came in meanwhile is handled then); returns how many
+        once all have their PUBACK."""
+        window = PublishWindow(via, REPLAY_IN_FLIGHT, self.publish_timeout)
+        topic, props, live_idle = f"{self.root}/replay", self._props, self._live_idle
+        sent = 0
+        for chunk in self.desk.replay_chunks(page):
+            for body in chunk:
+                if live_idle is not None:
+                    await live_idle()
+                await window.send(topic, body, props)
+                sent += 1
+                if sent % REPLAY_YIELD_EVERY == 0:
+                    await asyncio.sleep(0)
+        await window.drain()
+        return sent
 
     async def _stream(self, via: aiomqtt.Client, page: ReplayPage, in_flight: int) -> int:
         """The page's events in seq order, `in_flight` awaiting their PUBACK at a time,

@@ -103,7 +103,8 @@ class MqttService:
         self.session_present: bool | None = None
         self._live_quiet = asyncio.Event()  # the publisher has nothing to send or in flight
         self.inbox = Inbox(self.root, desk, self._props, log, self._alive,
-                           replay_client=self.replay_client, live_idle=self.live_idle)
+                           replay_client=self.replay_client, live_idle=self.live_idle,
+                           publish_timeout=settings.mqtt.publish_timeout_s)
         outbox.on_ready = self._outbox_wake.set
         status.on_change(self._status_wake.set)
 

@@ -1,0 +1,93 @@
+"""QoS 1 publishes with several awaiting their PUBACK, without a task or a future each.
+
+A `replay` page re-sends thousands of events; through aiomqtt's ``publish`` each one is a
+coroutine in its own task, awaiting its own future: most of the replay's CPU (about 5 000
+events/s on the table PC, docs/performance.md). :class:`PublishWindow` hands the packet to
+paho directly and counts PUBACKs in paho's ``on_publish`` (wrapped, aiomqtt's own still
+runs): one future for the sender to wait on when the window is full or at the end.
+
+The packets leave in call order and the broker answers in that order; nothing here marks
+anything done (a replay has no outbox), so the order of PUBACKs only matters for knowing
+that all came. A connection that drops, or no PUBACK for `timeout` seconds while some are
+awaited, raises BrokerError in the sender.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import aiomqtt
+from paho.mqtt.client import MQTT_ERR_SUCCESS
+from paho.mqtt.properties import Properties
+
+from shoed.errors import BrokerError
+
+
+class PublishWindow:
+    def __init__(self, client: aiomqtt.Client, size: int, timeout: float) -> None:
+        # aiomqtt documents no way to this; paho's callbacks are public (decisions.md 30).
+        self._paho = client._client
+        self.size = size
+        self.timeout = timeout
+        self._awaited: set[int] = set()  # mids sent, PUBACK not yet received
+        self._waiter: asyncio.Future[None] | None = None
+        self._lost: str | None = None
+        inner_publish: Any = self._paho.on_publish
+        inner_disconnect: Any = self._paho.on_disconnect
+
+        def on_publish(c: Any, userdata: Any, mid: int, *rest: Any) -> None:
+            self._awaited.discard(mid)
+            self._wake()
+            inner_publish(c, userdata, mid, *rest)
+
+        def on_disconnect(c: Any, userdata: Any, *rest: Any) -> None:
+            self._lost = f"the connection was lost ({rest[1] if len(rest) > 1 else rest})"
+            self._wake()
+            inner_disconnect(c, userdata, *rest)
+
+        self._paho.on_publish = on_publish
+        self._paho.on_disconnect = on_disconnect
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done() and (
+                len(self._awaited) < self.size or self._lost is not None):
+            waiter.set_result(None)
+
+    async def send(self, topic: str, payload: str, properties: Properties | None) -> None:
+        """Hand one QoS 1 message to paho, once fewer than `size` await their PUBACK."""
+        await self._wait_below(self.size)
+        info = self._paho.publish(topic, payload, 1, False, properties)
+        if info.rc != MQTT_ERR_SUCCESS:
+            raise BrokerError(f"could not publish on {topic}: paho rc {info.rc}")
+        if not info.is_published():
+            self._awaited.add(info.mid)
+
+    async def drain(self) -> None:
+        """Returns once every message sent has its PUBACK."""
+        await self._wait_below(1)
+
+    async def _wait_below(self, limit: int) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            if self._lost is not None:
+                raise BrokerError(self._lost)
+            if len(self._awaited) < limit:
+                return
+            awaited = len(self._awaited)
+            waiter = self._waiter = loop.create_future()
+            handle = loop.call_later(self.timeout, _resolve, waiter)
+            try:
+                await waiter
+            finally:
+                handle.cancel()
+                self._waiter = None
+            if self._lost is None and len(self._awaited) >= awaited:
+                raise BrokerError(f"no PUBACK within {self.timeout:g} s "
+                                  f"({awaited} messages awaiting one)")
+
+
+def _resolve(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
