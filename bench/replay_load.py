@@ -1,6 +1,7 @@
 """Card-to-event latency while a big `replay` runs, against the same without it.
 
     .venv/bin/python bench/replay_load.py --events 100000 --cards 400
+    .venv/bin/python bench/replay_load.py --events 100000 --cards 400 --rounds 3
     .venv/bin/python bench/replay_load.py --events 5000 --cards 100   # a quick look
 
 A journal of `--events` events is grown once with shoed's own code (bench/grow_journal.py);
@@ -9,9 +10,9 @@ it with the simulated shoe on a pty, waits for cards to flow, then measures card
 (a CARD frame written -> its `card` event received from a local Mosquitto) for `--cards`
 cards, one every `--pace` s. In the `replay` round, a `replay` of the whole journal is
 sent on `{root}/cmd` as the measured cards start, and the cards are measured until its
-answer arrives (after its last event); the replayed events go out from their own task, a
-few in flight, interleaved with the live ones (docs/decisions.md), to a `mosquitto_sub`
-consumer. The output says how many were replayed and how long the replay took.
+answer arrives (after its last event); the replayed events go out on the replay's own
+connection, giving way to the live ones (docs/decisions.md item 125), to a
+`mosquitto_sub` consumer. The output says how many were replayed and how long the replay took.
 """
 
 from __future__ import annotations
@@ -152,6 +153,8 @@ async def main() -> None:
     parser.add_argument("--pace", type=float, default=0.02)
     parser.add_argument("--journal", type=pathlib.Path, default=None,
                         help="a state directory grown before (reused)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="alternate the two modes this many times")
     parser.add_argument("--broker-nodelay", action="store_true",
                         help="the broker sets TCP_NODELAY (Mosquitto's set_tcp_nodelay)")
     args = parser.parse_args()
@@ -165,10 +168,33 @@ async def main() -> None:
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     try:
         results = [await round_(mode, journal_dir, args.events, args.cards, args.pace, broker)
-                   for mode in ("none", "replay")]
+                   for _ in range(args.rounds) for mode in ("none", "replay")]
     finally:
         broker.stop()
     print(json.dumps(results, indent=2))
+    if args.rounds > 1:
+        print(json.dumps(pooled(results), indent=2))
+
+
+def pooled(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each figure's range over the rounds, and the replay's p50/p99 over the no-replay's,
+    round by round (they alternate, so drift hits both alike)."""
+    none = [r for r in results if r["mode"] == "none"]
+    replay = [r for r in results if r["mode"] == "replay"]
+
+    def span(rows: list[dict[str, Any]], key: str) -> list[float]:
+        values = [r["card_to_event_ms"][key] for r in rows if r["card_to_event_ms"]]
+        return [min(values), max(values)] if values else []
+
+    return {"rounds": len(none),
+            "none_p50_ms": span(none, "p50"), "none_p99_ms": span(none, "p99"),
+            "replay_p50_ms": span(replay, "p50"), "replay_p99_ms": span(replay, "p99"),
+            "p99_ratio": [round(b["card_to_event_ms"]["p99"] / a["card_to_event_ms"]["p99"], 2)
+                          for a, b in zip(none, replay, strict=True)],
+            "p50_ratio": [round(b["card_to_event_ms"]["p50"] / a["card_to_event_ms"]["p50"], 2)
+                          for a, b in zip(none, replay, strict=True)],
+            "events_per_s": [round(r["replayed"] / r["replay_s"]) for r in replay
+                             if r["replay_s"]]}
 
 
 if __name__ == "__main__":
