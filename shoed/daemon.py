@@ -78,7 +78,8 @@ class Daemon:
                                 self.recorder.engine.public_state,
                                 {"status": self.status.payload,
                                  "device": self.session.device_payload}, self.log,
-                                roads=(lambda: engine.roads_seq, engine.roads_message))
+                                roads=(lambda: engine.roads_seq, engine.roads_message),
+                                state_seq=lambda: engine.seq)
         supervisor = self.supervisor
         self.session.on_timer_failed = self._timer_failed
         self.session.on_timer_ok = lambda: supervisor.recovered("timer")

@@ -54,9 +54,24 @@ class StampedQueue(asyncio.Queue[aiomqtt.Message]):
         super().put_nowait(item)
 
 
+class PackedOnce(Properties):
+    """PUBLISH properties that do not change once made: paho packs properties for every
+    publish (a walk of all 40 property names, 0.1 ms under the profiler, twice a card);
+    these are packed on the first and the bytes reused."""
+
+    def pack(self) -> bytes:
+        packed: bytes | None = self.__dict__.get("_packed")
+        if packed is None:
+            packed = bytes(super().pack())  # type: ignore[no-untyped-call]
+            object.__setattr__(self, "_packed", packed)
+        return packed
+
+
 def publish_properties(content_type: str = "application/json",
                        correlation: bytes | None = None) -> Properties:
-    props = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
+    """The properties of what the daemon publishes under MQTT 5 (set once, then packed
+    once: do not change them after the first publish)."""
+    props = PackedOnce(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
     props.ContentType = content_type
     props.PayloadFormatIndicator = 1  # UTF-8 text
     if correlation is not None:

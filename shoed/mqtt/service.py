@@ -45,6 +45,7 @@ from shoed.mqtt.claim import (
     side_connection_args,
 )
 from shoed.mqtt.inbox import REPLAY_IN_FLIGHT, Inbox, StampedQueue, publish_properties
+from shoed.mqtt.window import PublishWindow
 from shoed.mqtt.writes import send_when_queued
 from shoed.status import TableStatus
 from shoed.store.outbox import Outbox
@@ -68,8 +69,8 @@ class MqttService:
     def __init__(self, settings: Settings, outbox: Outbox, status: TableStatus,
                  desk: CommandDesk, state: Callable[[], dict[str, Any]],
                  retained: dict[str, Callable[[], dict[str, Any]]], log: Any,
-                 roads: tuple[Callable[[], int], Callable[[], dict[str, Any]]] | None = None
-                 ) -> None:
+                 roads: tuple[Callable[[], int], Callable[[], dict[str, Any]]] | None = None,
+                 state_seq: Callable[[], int] | None = None) -> None:
         self.settings = settings
         self.root = settings.topic_root
         self.brokers = BrokerList.of(settings.mqtt.urls)  # mqtt.url: one, or a list
@@ -77,6 +78,8 @@ class MqttService:
         self.status = status
         self.desk = desk
         self.state = state
+        # The seq the snapshot would carry (cheap): the snapshot is built only when it moved.
+        self.state_seq = state_seq
         self.retained = retained  # leaf under {root} -> its body, republished on change
         # The scoreboard (roads.md section 7): the seq it reflects, and its body.
         self.roads = roads
@@ -358,13 +361,15 @@ class MqttService:
 
     async def _publisher(self, client: aiomqtt.Client) -> None:
         outbox, topic = self.outbox, f"{self.root}/events"
-        timeout = self.settings.mqtt.publish_timeout_s
+        # One at a time, each after the PUBACK of the one before (module docstring).
+        live = PublishWindow(client, 1, self.settings.mqtt.publish_timeout_s)
+        props = self._props
         self._live_quiet.clear()  # a replay waits for this connection's backlog to go out
         while True:
             self._outbox_wake.clear()
             rows = outbox.take()
             if not rows:
-                await self._publish_state(client)
+                await self._publish_state(client, live)
                 self._alive()
                 if not outbox.fresh:
                     self._live_quiet.set()
@@ -374,15 +379,15 @@ class MqttService:
             last: int | None = None
             try:
                 for seq, body in rows:
-                    await client.publish(topic, body, qos=1, timeout=timeout,
-                                         properties=self._props)
+                    await live.send(topic, body, props)
+                    await live.drain()
                     last = seq
             finally:
                 # Mark what got its PUBACK, also when the connection broke mid-batch.
                 if last is not None:
                     outbox.acked(last)
                     self.status.last_publish = outbox.last_publish
-            await self._publish_state(client)
+            await self._publish_state(client, live)
 
     def _reflected(self, seq: int | None) -> bool:
         """Every event up to `seq` has its PUBACK (a snapshot never goes before its events,
@@ -390,21 +395,34 @@ class MqttService:
         outbox = self.outbox
         return seq is None or seq <= outbox.acked_seq or outbox.depth() == 0
 
-    async def _publish_state(self, client: aiomqtt.Client) -> None:
+    async def _publish_state(self, client: aiomqtt.Client,
+                             live: PublishWindow | None = None) -> None:
         """The retained snapshots (`state`, `roads`) once they changed, after the events
-        they reflect were published (the publisher calls this after each batch)."""
-        state = self.state()
+        they reflect were published (the publisher calls this after each batch, with its
+        window `live`; the window takes one sender at a time, so nobody else passes it)."""
+        seq = self.state_seq
+        if seq is not None and self._state_seq is not None and seq() == self._state_seq:
+            state: dict[str, Any] = {"seq": self._state_seq}  # unchanged: not built
+        else:
+            state = self.state()
         if state.get("seq") != self._state_seq and self._reflected(state.get("seq")):
-            await client.publish(f"{self.root}/state", json.dumps(state), qos=1, retain=True,
-                                 properties=self._props)
+            await self._send_retained(client, "state", json.dumps(state), live)
             self._state_seq = state.get("seq")
         if self.roads is not None:
             seq, body = self.roads
             if seq() != self._roads_seq and self._reflected(seq()):
                 board = body()
-                await client.publish(f"{self.root}/roads", json.dumps(board), qos=1,
-                                     retain=True, properties=self._props)
+                await self._send_retained(client, "roads", json.dumps(board), live)
                 self._roads_seq = board["seq"]
+
+    async def _send_retained(self, client: aiomqtt.Client, leaf: str, body: str,
+                             live: PublishWindow | None) -> None:
+        if live is not None:
+            await live.send(f"{self.root}/{leaf}", body, self._props, retain=True)
+            await live.drain()
+        else:
+            await client.publish(f"{self.root}/{leaf}", body, qos=1, retain=True,
+                                 properties=self._props)
 
     async def publish_retained(self, client: aiomqtt.Client) -> None:
         for leaf, body in self.retained.items():

@@ -4,12 +4,15 @@ A `replay` page re-sends thousands of events; through aiomqtt's ``publish`` each
 coroutine in its own task, awaiting its own future: most of the replay's CPU (about 5 000
 events/s on the table PC, docs/performance.md). :class:`PublishWindow` hands the packet to
 paho directly and counts PUBACKs in paho's ``on_publish`` (wrapped, aiomqtt's own still
-runs): one future for the sender to wait on when the window is full or at the end.
+runs): one future for the sender to wait on when the window is full or at the end. The
+live publisher uses one of size 1 (send, then drain): no ``asyncio.wait_for`` per
+message, which aiomqtt's ``publish`` pays twice a card.
 
 The packets leave in call order and the broker answers in that order; nothing here marks
-anything done (a replay has no outbox), so the order of PUBACKs only matters for knowing
-that all came. A connection that drops, or no PUBACK for `timeout` seconds while some are
-awaited, raises BrokerError in the sender.
+anything done (the live publisher marks the outbox after each drain, in seq order), so
+the order of PUBACKs only matters for knowing that all came. One sender at a time: a
+second one waiting at once is not supported. A connection that drops, or no PUBACK for
+`timeout` seconds while some are awaited, raises BrokerError in the sender.
 """
 
 from __future__ import annotations
@@ -55,10 +58,12 @@ class PublishWindow:
                 len(self._awaited) < self.size or self._lost is not None):
             waiter.set_result(None)
 
-    async def send(self, topic: str, payload: str, properties: Properties | None) -> None:
+    async def send(self, topic: str, payload: str, properties: Properties | None,
+                   retain: bool = False) -> None:
         """Hand one QoS 1 message to paho, once fewer than `size` await their PUBACK."""
-        await self._wait_below(self.size)
-        info = self._paho.publish(topic, payload, 1, False, properties)
+        if len(self._awaited) >= self.size or self._lost is not None:
+            await self._wait_below(self.size)
+        info = self._paho.publish(topic, payload, 1, retain, properties)
         if info.rc != MQTT_ERR_SUCCESS:
             raise BrokerError(f"could not publish on {topic}: paho rc {info.rc}")
         if not info.is_published():
