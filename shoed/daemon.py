@@ -18,6 +18,7 @@ import gc
 import signal
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from shoed import logs
 from shoed.config import Settings, load_manifest
@@ -26,12 +27,14 @@ from shoed.desk import CommandDesk
 from shoed.device.session import TIMER_MAX_S, DeviceSession
 from shoed.device.transports import Transport
 from shoed.errors import SupervisionFailed
-from shoed.mqtt.service import BACKOFF_S, CONNECT_TIMEOUT_S, IDLE_WAKE_S, MqttService
 from shoed.sdnotify import Notifier
 from shoed.status import TableStatus
 from shoed.store.outbox import Outbox
 from shoed.store.recorder import Recorder
 from shoed.supervisor import Supervisor
+
+if TYPE_CHECKING:
+    from shoed.mqtt.service import MqttService
 
 HOUSEKEEPING_S = 10.0  # status line, WAL checkpoint, storage retry, prune (at most)
 DRAIN_ON_STOP_S = 0.3  # stopping: how long the publisher may drain a backlog
@@ -51,6 +54,7 @@ class Daemon:
         self._transport_factory = transport_factory
         self._stop = asyncio.Event()
         self._last_line = ""
+        self._mqtt: MqttService | None = None  # built after READY (build_mqtt)
         rules = settings.rules
         self.engine_config = EngineConfig(
             table_id=settings.table.id, decks=rules.decks, table_type=rules.table_type,
@@ -64,6 +68,11 @@ class Daemon:
 
     def build(self) -> None:
         """Open the journal, rebuild the engine, and wire the rooms together."""
+        self.build_table()
+        self.build_mqtt()
+
+    def build_table(self) -> None:
+        """The rooms READY stands for: the journal restored, the device session, the desk."""
         self.recorder = Recorder.open(self.settings, self.engine_config, self.status,
                                       self.log)
         self.outbox: Outbox = self.recorder.outbox
@@ -73,13 +82,6 @@ class Daemon:
                                      transport_factory=self._transport_factory,
                                      manifest=self.manifest)
         self.desk = CommandDesk(self.recorder, self.log, self.settings)
-        engine = self.recorder.engine
-        self.mqtt = MqttService(self.settings, self.outbox, self.status, self.desk,
-                                self.recorder.engine.public_state,
-                                {"status": self.status.payload,
-                                 "device": self.session.device_payload}, self.log,
-                                roads=(lambda: engine.roads_seq, engine.roads_message),
-                                state_seq=lambda: engine.seq)
         supervisor = self.supervisor
         self.session.on_timer_failed = self._timer_failed
         self.session.on_timer_ok = lambda: supervisor.recovered("timer")
@@ -87,6 +89,25 @@ class Daemon:
         supervisor.check("timer", self._timer_alive)
         supervisor.check("mqtt", self._mqtt_alive)
         self.status.on_change(self.notify_status)
+
+    @property
+    def mqtt(self) -> MqttService:
+        """The MQTT service (built by `build`, or by `run` right after READY)."""
+        assert self._mqtt is not None, "build_mqtt() first"
+        return self._mqtt
+
+    def build_mqtt(self) -> None:
+        """The MQTT service. Built after READY in `run` (its import, aiomqtt and paho
+        with it, is ~60 ms of a start that READY need not wait for)."""
+        from shoed.mqtt.service import MqttService
+
+        engine = self.recorder.engine
+        self._mqtt = MqttService(self.settings, self.outbox, self.status, self.desk,
+                                self.recorder.engine.public_state,
+                                {"status": self.status.payload,
+                                 "device": self.session.device_payload}, self.log,
+                                roads=(lambda: engine.roads_seq, engine.roads_message),
+                                state_seq=lambda: engine.seq)
 
     def _timer_failed(self, error: BaseException) -> None:
         self.supervisor.failed("timer", error)
@@ -97,6 +118,10 @@ class Daemon:
 
     def _mqtt_alive(self) -> bool:
         """The connection loop tries, or the publisher looks at the outbox, regularly."""
+        if self._mqtt is None:
+            return True  # not built yet: the moments after READY
+        from shoed.mqtt.service import BACKOFF_S, CONNECT_TIMEOUT_S, IDLE_WAKE_S
+
         progress = self.mqtt.progress
         limit = 3 * (self.settings.mqtt.publish_timeout_s + IDLE_WAKE_S + CONNECT_TIMEOUT_S) \
             + BACKOFF_S[1]
@@ -122,7 +147,7 @@ class Daemon:
         self._stop.set()
 
     async def run(self) -> None:
-        self.build()
+        self.build_table()
         # What exists now (modules, schemas, the restored state) lives as long as the
         # process: keep it out of the collector's full passes, which would otherwise walk
         # it every few thousand allocations and stall a card by milliseconds.
@@ -134,11 +159,13 @@ class Daemon:
                 loop.add_signal_handler(sig, self.request_stop)
         self.session.arm_timer()
         self.supervisor.start("device", self.session.run)
-        self.supervisor.start("mqtt", self.mqtt.run)
         self.supervisor.start("housekeeping", self.housekeeping)
         self.notifier.notify(READY=1, STATUS="journal restored; device transport started")
         self.log.info("ready", root=self.settings.topic_root, run_id=self.status.run_id,
                       instance=self.recorder.state.instance_id)
+        self.build_mqtt()
+        gc.freeze()  # what that import made lives as long, too (no second full collection)
+        self.supervisor.start("mqtt", self.mqtt.run)
         # One full integrity check after READY; it ends by itself (not a supervised loop).
         check = asyncio.create_task(self.recorder.integrity_check(), name="integrity_check")
         check.add_done_callback(self._check_done)
@@ -158,7 +185,8 @@ class Daemon:
         self.log.info("stopping", outbox=self.outbox.depth())
         self.session.stop_accepting()
         self.session.stop_timer()
-        await self.mqtt.farewell(DRAIN_ON_STOP_S)
+        if self._mqtt is not None:
+            await self._mqtt.farewell(DRAIN_ON_STOP_S)
         await self.supervisor.stop(timeout=0.3)
         self.recorder.close()
         self.log.info("stopped")

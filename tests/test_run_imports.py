@@ -26,3 +26,16 @@ def test_shoed_run_imports_none_of_the_other_commands_packages() -> None:
     assert "shoed.daemon" in loaded  # the probe did import the product
     pulled = [m for m in loaded if any(m == n or m.startswith(n + ".") for n in NEVER)]
     assert pulled == [], f"`shoed run` imports {pulled}"
+
+
+AFTER_READY = ("aiomqtt", "paho", "shoed.mqtt.service", "shoed.mqtt.inbox")
+
+
+def test_the_mqtt_service_is_imported_only_after_ready() -> None:
+    """READY is "journal restored, device transport started": the MQTT service (aiomqtt
+    and paho with it, ~60 ms of a start) is imported and built right after it."""
+    done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True,
+                          timeout=60, check=True)
+    loaded = json.loads(done.stdout)
+    early = [m for m in loaded if any(m == n or m.startswith(n + ".") for n in AFTER_READY)]
+    assert early == [], f"imported before READY: {early}"
