@@ -6,6 +6,8 @@
     .venv/bin/python bench/latency.py --footprint              # RSS, idle CPU, start->READY
     .venv/bin/python bench/latency.py --cards 5000 --rounds 5 --targets shoed,baseline \
         --baseline ../old-checkout                             # this tree against another
+    .venv/bin/python bench/latency.py --cards 1000 --targets shoed --journal /tmp/big
+                                          # on a copy of a grown journal (grow_journal.py)
 
 Card-to-ACK: a CARD frame written to the pty -> its ACK read back. Card-to-event: the
 same frame -> the `card` event received by a subscriber on a local Mosquitto. Durability
@@ -20,6 +22,7 @@ import asyncio
 import json
 import os
 import pathlib
+import shutil
 import signal
 import socket
 import statistics
@@ -77,6 +80,8 @@ HOST_CPUS: set[int] | None = None
 BASELINE: pathlib.Path | None = None
 # --profile: where shoed's cProfile statistics go (read them with pstats).
 PROFILE: pathlib.Path | None = None
+JOURNAL: pathlib.Path | None = None  # --journal: shoed starts on a copy of this state dir
+TABLE = "B1"
 
 
 def shoed_command(target: str) -> tuple[list[str], pathlib.Path | None]:
@@ -107,7 +112,7 @@ def summary(values: list[float]) -> dict[str, float]:
 
 def shoed_config(tmp: pathlib.Path, port: str, mqtt_port: int, decks: int) -> pathlib.Path:
     return write_config(tmp / "shoed.toml", {
-        "table": {"id": "B1", "betting_control": "none"},
+        "table": {"id": TABLE, "betting_control": "none"},
         "device": {"port": port},
         "mqtt": {"url": f"mqtt://127.0.0.1:{mqtt_port}"},
         "rules": {"decks": decks},
@@ -127,7 +132,7 @@ async def run_target(target: str, cards: int, pace: float, broker: PrivateMosqui
     pty.plug()
     received: dict[int, float] = {}
     is_shoed = target in ("shoed", "baseline")
-    topic = "shoed/B1/events" if is_shoed else "floor/events"
+    topic = f"shoed/{TABLE}/events" if is_shoed else "floor/events"
     count = 0
 
     async def subscribe(ready: asyncio.Event) -> None:
@@ -159,6 +164,8 @@ async def run_target(target: str, cards: int, pace: float, broker: PrivateMosqui
         sock.bind(str(notify))
         sock.setblocking(False)
         config = shoed_config(tmp, str(tmp / "shoe"), broker.port, decks)
+        if JOURNAL is not None:
+            shutil.copytree(JOURNAL, tmp / "state")
         start = time.perf_counter()
         command, cwd = shoed_command(target)
         proc = subprocess.Popen([*command, "run", "--config", str(config)], cwd=cwd,
@@ -296,12 +303,18 @@ async def main() -> None:
                         help="bench and broker on CPU 0, the host under test on CPU 1")
     parser.add_argument("--baseline", type=pathlib.Path, default=None,
                         help="another checkout (with .venv) for the target 'baseline'")
+    parser.add_argument("--journal", type=pathlib.Path, default=None,
+                        help="start shoed on a copy of this state directory (one grown by "
+                             "bench/grow_journal.py, table BENCH)")
     parser.add_argument("--profile", type=pathlib.Path, default=None,
                         help="run shoed under cProfile, statistics written here")
     args = parser.parse_args()
     if args.profile is not None:
         global PROFILE
         PROFILE = args.profile.resolve()
+    if args.journal is not None:
+        global JOURNAL, TABLE
+        JOURNAL, TABLE = args.journal.resolve(), "BENCH"
     if args.baseline is not None:
         global BASELINE
         BASELINE = args.baseline.resolve()

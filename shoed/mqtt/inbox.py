@@ -92,6 +92,9 @@ class Inbox:
         self.log = log
         self._alive = alive
         self._replays: set[asyncio.Task[None]] = set()
+        # The daemon is stopping: commands that still arrive are neither handled nor
+        # acknowledged (the broker keeps them in the session for the next start).
+        self.stopping = False
         self._replay_turns = asyncio.Semaphore(REPLAYS_AT_ONCE)
         self._replay_client = replay_client  # a connection of the replay's own
         self._live_idle = live_idle  # returns once the live publisher is idle
@@ -125,6 +128,8 @@ class Inbox:
     async def listen(self, client: aiomqtt.Client) -> None:
         loop = asyncio.get_running_loop()
         async for message in client.messages:
+            if self.stopping:
+                continue
             sender = self.sender_of(str(message.topic))
             if sender is None:
                 self.log.error("command_topic_refused", topic=str(message.topic),
@@ -133,6 +138,8 @@ class Inbox:
                 continue
             for hook in LISTENER_HOOKS:
                 await hook()
+            if self.stopping:
+                continue
             payload = message.payload if isinstance(message.payload, bytes | str) else b""
             props = message.properties
             expiry = getattr(props, "MessageExpiryInterval", None) if self.v5 else None

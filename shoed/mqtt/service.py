@@ -455,7 +455,7 @@ class MqttService:
         """Stopping: let the publisher drain the outbox for up to `drain_s`, then the
         retained offline status (all within publish_timeout_s). What is not published stays
         in the journal for the next start."""
-        self.stopping = True
+        self.stopping = self.inbox.stopping = True
         loop = asyncio.get_running_loop()
         started = loop.time()
         while self.client is not None and self.outbox.depth() > 0 \
