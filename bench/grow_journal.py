@@ -66,12 +66,18 @@ def grow(state: pathlib.Path, events: int, sync: bool, seed: int) -> Journal:
     journal = Journal(state)
     if not sync:
         journal._conn().execute("PRAGMA synchronous=OFF")
-    engine = Engine(EngineConfig(table_id="BENCH", decks=8), instance_id=journal.instance_id)
+    # betting_control "none": hands are dealt as the shoe gives cards (as the bench and the
+    # demo deal); under "commands" every card without a close_betting is unnecessary.
+    engine = Engine(EngineConfig(table_id="BENCH", decks=8, betting_control="none"),
+                    instance_id=journal.instance_id)
     stream = iter(inputs(seed))  # type: ignore[call-overload]
     shoe_over = False
     since_snapshot = 0
     start = time.perf_counter()
-    while engine.seq < events:
+    # Until `events`, then on to the end of that shoe: a daemon started on the journal
+    # (bench/latency.py --journal) finds no shoe in play, and the shoe's next load is a
+    # new shoe, not one loaded in play (a hold).
+    while not (engine.seq >= events and shoe_over):
         with journal.transaction():
             for _ in range(BATCH):
                 inp: Input = next(stream)
@@ -87,7 +93,7 @@ def grow(state: pathlib.Path, events: int, sync: bool, seed: int) -> Journal:
                 if since_snapshot >= SNAPSHOT_EVERY:
                     journal.save_snapshot(input_id, engine.snapshot())
                     since_snapshot = 0
-                if engine.seq >= events:
+                if engine.seq >= events and shoe_over:
                     break
             journal.checkpoint_if_due(every=1)
     print(f"grew {engine.seq} events in {time.perf_counter() - start:.1f} s")
