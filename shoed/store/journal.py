@@ -49,6 +49,8 @@ from .check import (
 )
 from .uptime import Uptime
 
+CACHE_KIB = 256  # SQLite's page cache per connection (its default: 2 000 KiB)
+
 # The journal's schema, in `PRAGMA user_version`. 1: the first release (which left
 # user_version at 0); 2: `created_up`, the uptime at which an event or answer was written;
 # 3: answers keyed by (sender, request_id), with the command's fingerprint.
@@ -347,6 +349,10 @@ class Journal:
             # a moment when nothing waits.
             db.execute("PRAGMA wal_autocheckpoint=0")
             db.execute("PRAGMA foreign_keys=ON")
+            # A small page cache: the journal is written at its end and read back only
+            # by a replay or a catch-up (SQLite's default 2 MB cache is most of what RSS
+            # grows by over a day's dealing; docs/performance.md).
+            db.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
             if not tables:
                 db.executescript(SCHEMA)
                 db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
@@ -452,6 +458,7 @@ class Journal:
             return [f"cannot open for the check: {error}"]
         self._checking = conn
         try:
+            conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
             found = [str(r[0]) for r in conn.execute("PRAGMA integrity_check(20)")]
         except sqlite3.OperationalError as error:
             if self._db is None:  # interrupted by close(): nothing was found
