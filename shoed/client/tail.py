@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
 import json
-import signal
 import sys
 from typing import Any
+
+from shoed.aio import run_until_signalled
 
 from .cursor import SQLiteCursorStore
 from .feed import TableFeed
@@ -63,16 +62,7 @@ async def run_tail(args: argparse.Namespace) -> int:
 
 
 def tail(args: argparse.Namespace) -> int:
-    loop = asyncio.new_event_loop()
-    task = loop.create_task(run_tail(args))
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, task.cancel)
     try:
-        return loop.run_until_complete(task)
-    except asyncio.CancelledError:
-        return 0
+        return run_until_signalled(run_tail(args))  # SIGTERM/SIGINT: exit 0
     except BrokenPipeError:
-        return 0
-    finally:
-        loop.close()
+        return 0  # the reader of our output went away (`shoed tail | head`)
