@@ -266,15 +266,14 @@ class CommandDesk:
                            f"expected from_seq..to_seq within {first}..{last}, "
                            f"got {command.from_seq}..{command.to_seq}", "replay", sender)
         else:
-            count, low, high, more = journal.page_between(command.from_seq, to_seq,
-                                                          self.replay_max)
-            if count:
-                page = ReplayPage(low, high, count)
+            # The journal's events are one gapless run (Journal.prune drops only the
+            # oldest run), so the page is counted from its ends, not row by row (that
+            # walked 100 000 rows, 45 ms with the loop blocked, for a big page).
+            end = min(to_seq, command.from_seq + self.replay_max - 1)
+            page = ReplayPage(command.from_seq, end, end - command.from_seq + 1)
             body = success(command.request_id, "replay", sender, {
-                "from_seq": command.from_seq,
-                "to_seq": high if count else to_seq,
-                "count": count,
-                "next_from_seq": high + 1 if more else None})
+                "from_seq": command.from_seq, "to_seq": end, "count": page.count,
+                "next_from_seq": end + 1 if end < to_seq else None})
         answer = self._remember(key, body)
         answer.replay = page
         return answer

@@ -583,19 +583,6 @@ class Journal:
                          (first, last, limit)).fetchall()
         return [str(r[0]) for r in rows]
 
-    def page_between(self, first: int, last: int, limit: int) -> tuple[int, int, int, bool]:
-        """The first `limit` of the journal's events in first..last: (count, first seq,
-        last seq, whether more follow in the range). The events kept are one gapless run
-        (:meth:`prune` drops only the oldest run), so the page is counted from the run's
-        ends: two lookups, where counting rows walked 100 000 of them (45 ms, the loop
-        blocked, for a 100 000-event page)."""
-        low_seq, high_seq = self.event_range()
-        low, high = max(first, low_seq), min(last, high_seq)
-        if low_seq == 0 or high < low or limit < 1:
-            return 0, 0, 0, False
-        end = min(high, low + limit - 1)
-        return end - low + 1, low, end, end < high
-
     def event_rows_between(self, first: int, last: int, limit: int) -> list[tuple[int, str]]:
         rows = self._run("SELECT seq, body FROM events WHERE seq BETWEEN ? AND ? ORDER BY seq "
                          "LIMIT ?", (first, last, limit)).fetchall()
@@ -623,7 +610,7 @@ class Journal:
         after it (a wall clock stepped back, or the uptime resumed from its last save
         after a crash, can make a later event look older than one before it). So the
         events kept are always one gapless run of seqs, and a `replay` page is counted
-        from its ends (:meth:`page_between`)."""
+        from its ends (the desk's `_replay`)."""
         wall = self._wall() if now is None else now
         up = self.uptime.now()
         keep = retention_days * 86400.0
