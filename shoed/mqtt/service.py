@@ -379,8 +379,7 @@ class MqttService:
             last: int | None = None
             try:
                 for seq, body in rows:
-                    await live.send(topic, body, props)
-                    await live.drain()
+                    await live.publish(topic, body, props)
                     last = seq
             finally:
                 # Mark what got its PUBACK, also when the connection broke mid-batch.
@@ -400,34 +399,35 @@ class MqttService:
         """The retained snapshots (`state`, `roads`) once they changed, after the events
         they reflect were published (the publisher calls this after each batch, with its
         window `live`; the window takes one sender at a time, so nobody else passes it)."""
-        seq = self.state_seq
-        if seq is not None and self._state_seq is not None and seq() == self._state_seq:
-            state: dict[str, Any] = {"seq": self._state_seq}  # unchanged: not built
-        else:
+        moved = self.state_seq() if self.state_seq is not None else None
+        if moved is None or moved != self._state_seq:  # the snapshot is built only then
             state = self.state()
-        if state.get("seq") != self._state_seq and self._reflected(state.get("seq")):
-            await self._send_retained(client, "state", json.dumps(state), live)
-            self._state_seq = state.get("seq")
+            if state.get("seq") != self._state_seq and self._reflected(state.get("seq")):
+                await self._send_retained(client, "state", json.dumps(state), live)
+                self._state_seq = state.get("seq")
         if self.roads is not None:
-            seq, body = self.roads
-            if seq() != self._roads_seq and self._reflected(seq()):
-                board = body()
+            roads_seq, roads_body = self.roads
+            moved = roads_seq()
+            if moved != self._roads_seq and self._reflected(moved):
+                board = roads_body()
                 await self._send_retained(client, "roads", json.dumps(board), live)
                 self._roads_seq = board["seq"]
 
     async def _send_retained(self, client: aiomqtt.Client, leaf: str, body: str,
                              live: PublishWindow | None) -> None:
         if live is not None:
-            await live.send(f"{self.root}/{leaf}", body, self._props, retain=True)
-            await live.drain()
+            await live.publish(f"{self.root}/{leaf}", body, self._props, retain=True)
         else:
             await client.publish(f"{self.root}/{leaf}", body, qos=1, retain=True,
                                  properties=self._props)
 
-    async def publish_retained(self, client: aiomqtt.Client) -> None:
+    async def _publish_status_topics(self, client: aiomqtt.Client) -> None:
+        """The retained topics that are not snapshots of the stream (`status`, `device`)."""
         for leaf, body in self.retained.items():
-            await client.publish(f"{self.root}/{leaf}", json.dumps(body()), qos=1, retain=True,
-                                 properties=self._props)
+            await self._send_retained(client, leaf, json.dumps(body()), None)
+
+    async def publish_retained(self, client: aiomqtt.Client) -> None:
+        await self._publish_status_topics(client)
         self._state_seq = self._roads_seq = None
         await self._publish_state(client)
 
@@ -441,9 +441,7 @@ class MqttService:
         while True:
             self._status_wake.clear()
             await self._status_wake.wait(RETAINED_EVERY_S)
-            for leaf, body in self.retained.items():
-                await client.publish(f"{self.root}/{leaf}", json.dumps(body()), qos=1,
-                                     retain=True, properties=self._props)
+            await self._publish_status_topics(client)
             self._alive()
 
     async def _listener(self, client: aiomqtt.Client) -> None:

@@ -69,6 +69,12 @@ class PublishWindow:
         if not info.is_published():
             self._awaited.add(info.mid)
 
+    async def publish(self, topic: str, payload: str, properties: Properties | None,
+                      retain: bool = False) -> None:
+        """One message, returning once it has its PUBACK (a window of one's use)."""
+        await self.send(topic, payload, properties, retain)
+        await self.drain()
+
     async def drain(self) -> None:
         """Returns once every message sent has its PUBACK."""
         await self._wait_below(1)
