@@ -99,11 +99,11 @@ def test_a_device_input_pickles_nothing(monkeypatch: pytest.MonkeyPatch) -> None
     engine = table.engine
     engine.prepare_checkpoint()
     pickled: list[str] = []
-    original_trail = checkpoint.Trail.__init__
+    original_trail = checkpoint.Trail.of
 
-    def counting_trail(self: Any, state: Any) -> None:
+    def counting_trail(state: Any) -> Any:
         pickled.append("trail")
-        original_trail(self, state)
+        return original_trail(state)
 
     original_take = checkpoint.take
 
@@ -111,7 +111,7 @@ def test_a_device_input_pickles_nothing(monkeypatch: pytest.MonkeyPatch) -> None
         pickled.append("take")
         return original_take(state, full)
 
-    monkeypatch.setattr(checkpoint.Trail, "__init__", counting_trail)
+    monkeypatch.setattr(checkpoint.Trail, "of", staticmethod(counting_trail))
     monkeypatch.setattr("shoed.core.engine.take", counting_take)
     for card in ("QC", "2D", "3D"):
         table.draw(card)

@@ -41,9 +41,14 @@ class Trail:
 
     __slots__ = ("base", "inputs")
 
-    def __init__(self, state: EngineState) -> None:
-        self.base = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
-        self.inputs: list[Input] = []
+    def __init__(self, base: bytes, inputs: list[Input] | None = None) -> None:
+        self.base = base
+        self.inputs: list[Input] = inputs if inputs is not None else []
+
+    @classmethod
+    def of(cls, state: EngineState) -> Trail:
+        """A new trail from `state` (pickled now)."""
+        return cls(pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
 
 
 class Replayed:
@@ -64,10 +69,7 @@ class Replayed:
 
     def trail_to_here(self) -> Trail:
         """A trail that ends where this checkpoint is (after a roll-back to it)."""
-        trail = Trail.__new__(Trail)
-        trail.base = self.trail.base
-        trail.inputs = self.trail.inputs[:self.covers]
-        return trail
+        return Trail(self.trail.base, self.trail.inputs[:self.covers])
 
 
 def take(state: EngineState, full: bool) -> Checkpoint:

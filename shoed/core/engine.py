@@ -270,7 +270,7 @@ class Engine:
         else:
             trail = self._trail
             if trail is None:
-                trail = self._trail = Trail(self._state)
+                trail = self._trail = Trail.of(self._state)
             rollback = Replayed(trail, len(trail.inputs), self._replay)
         self.last_rollback = rollback
         try:
@@ -314,7 +314,7 @@ class Engine:
         """Start a new trail when the current one is REBASE_EVERY inputs long (or there is
         none), while nothing waits: the daemon calls this after a card's event has left."""
         if self._trail is None or len(self._trail.inputs) >= REBASE_EVERY:
-            self._trail = Trail(self._state)
+            self._trail = Trail.of(self._state)
 
     def _replay(self, state: EngineState, inputs: Sequence[Input]) -> EngineState:
         """`inputs` handled again from `state` in a scratch engine (a Replayed checkpoint)."""
