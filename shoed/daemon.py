@@ -99,8 +99,11 @@ class Daemon:
     def build_mqtt(self) -> None:
         """The MQTT service. Built after READY in `run` (its import, aiomqtt and paho
         with it, is ~60 ms of a start that READY need not wait for)."""
-        from shoed.mqtt.service import MqttService
+        from shoed.mqtt.service import BACKOFF_S, CONNECT_TIMEOUT_S, IDLE_WAKE_S, MqttService
 
+        # The longest the MQTT loop may show no sign of life before the watchdog stops.
+        self._mqtt_quiet_limit_s = 3 * (self.settings.mqtt.publish_timeout_s + IDLE_WAKE_S
+                                        + CONNECT_TIMEOUT_S) + BACKOFF_S[1]
         engine = self.recorder.engine
         self._mqtt = MqttService(self.settings, self.outbox, self.status, self.desk,
                                 self.recorder.engine.public_state,
@@ -120,12 +123,9 @@ class Daemon:
         """The connection loop tries, or the publisher looks at the outbox, regularly."""
         if self._mqtt is None:
             return True  # not built yet: the moments after READY
-        from shoed.mqtt.service import BACKOFF_S, CONNECT_TIMEOUT_S, IDLE_WAKE_S
-
-        progress = self.mqtt.progress
-        limit = 3 * (self.settings.mqtt.publish_timeout_s + IDLE_WAKE_S + CONNECT_TIMEOUT_S) \
-            + BACKOFF_S[1]
-        return progress is None or asyncio.get_running_loop().time() - progress < limit
+        progress = self._mqtt.progress
+        return progress is None or \
+            asyncio.get_running_loop().time() - progress < self._mqtt_quiet_limit_s
 
     def notify_status(self) -> None:
         line = self.status.line()
