@@ -21,7 +21,6 @@ import asyncio
 import json
 import os
 import pathlib
-import signal
 import statistics
 import subprocess
 import sys
@@ -33,7 +32,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import aiomqtt  # noqa: E402
-from procfs import cpu_seconds, rss_kb  # noqa: E402
+from procfs import cpu_seconds, rss_kb, stop  # noqa: E402
 from quiet import ignore_closed_subscriber_writer  # noqa: E402
 
 from firmware_protocol.messages import Card  # noqa: E402
@@ -182,11 +181,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             runner.cancel()
         for proc in (daemon, console):
             if proc is not None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+                stop(proc)
         pty.unplug()
         broker.stop()
 

@@ -37,7 +37,7 @@ import aiomqtt
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from procfs import cpu_seconds, rss_kb  # noqa: E402
+from procfs import cpu_seconds, rss_kb, stop  # noqa: E402
 from quiet import ignore_closed_subscriber_writer  # noqa: E402
 
 from firmware_protocol import Delivered  # noqa: E402
@@ -195,11 +195,7 @@ async def run_target(target: str, cards: int, pace: float, broker: PrivateMosqui
     await asyncio.sleep(1.0)
     cpu_used = cpu_seconds(proc.pid) - cpu_before
     rss = rss_kb(proc.pid)
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    stop(proc)
     runner.cancel()
     sub.cancel()
     pty.unplug()

@@ -1,9 +1,12 @@
-"""What /proc says about a process: CPU used and resident memory (for the benches)."""
+"""What /proc says about a process: CPU used and resident memory; and stopping one (for
+the benches)."""
 
 from __future__ import annotations
 
 import os
 import pathlib
+import signal
+import subprocess
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -24,3 +27,12 @@ def rss_kb(pid: int) -> int | None:
     except OSError:
         return None
     return next((int(x.split()[1]) for x in lines if x.startswith("VmRSS:")), None)
+
+
+def stop(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
+    """SIGTERM (a daemon's clean stop), then SIGKILL if it has not ended in `timeout`."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()

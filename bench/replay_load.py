@@ -23,7 +23,6 @@ import json
 import os
 import pathlib
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -38,6 +37,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from grow_journal import grow  # noqa: E402
 from latency import TimedShoe, summary  # noqa: E402
+from procfs import stop  # noqa: E402
 from quiet import ignore_closed_subscriber_writer  # noqa: E402
 
 from shoed.config import write_config  # noqa: E402
@@ -124,11 +124,7 @@ async def round_(mode: str, journal_dir: pathlib.Path, events: int, cards: int, 
         measured_s = time.perf_counter() - started
         await asyncio.sleep(1.0)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)
         runner.cancel()
         sub.cancel()
         pty.unplug()
