@@ -183,7 +183,7 @@ class Inbox:
             own = await self._open_replay_connection()
             try:
                 if own is not None:
-                    sent = await self._stream_windowed(own, page)
+                    sent = await self._stream(own, page, REPLAY_IN_FLIGHT)
                 else:
                     sent = await self._stream(client, page, REPLAY_WINDOW)
             finally:
@@ -211,63 +211,27 @@ class Inbox:
             return None
         return own
 
-    async def _stream_windowed(self, via: aiomqtt.Client, page: ReplayPage) -> int:
-        """On the replay's own connection: REPLAY_IN_FLIGHT awaiting their PUBACK, each
-        event only once the live publisher is idle, a loop turn every REPLAY_YIELD_EVERY
-        events (a card's frame that came in meanwhile is handled then); returns how many
-        once all have their PUBACK."""
-        window = PublishWindow(via, REPLAY_IN_FLIGHT, self.publish_timeout)
+    async def _stream(self, via: aiomqtt.Client, page: ReplayPage, in_flight: int) -> int:
+        """The page's events in seq order, `in_flight` awaiting their PUBACK, each only
+        once the live publisher is idle, a loop turn every REPLAY_YIELD_EVERY events (a
+        card's frame that came in meanwhile is handled then); returns how many once all
+        have their PUBACK (raises when the connection is lost or a PUBACK is late)."""
+        window = PublishWindow(via, in_flight, self.publish_timeout)
         topic, props, live_idle = f"{self.root}/replay", self._props, self._live_idle
         sent = 0
-        for chunk in self.desk.replay_chunks(page):
-            for body in chunk:
-                if live_idle is not None:
-                    await live_idle()
-                await window.send(topic, body, props)
-                sent += 1
-                if sent % REPLAY_YIELD_EVERY == 0:
-                    await asyncio.sleep(0)
-        await window.drain()
-        return sent
-
-    async def _stream(self, via: aiomqtt.Client, page: ReplayPage, in_flight: int) -> int:
-        """The page's events in seq order, `in_flight` awaiting their PUBACK at a time,
-        each only once the live publisher is idle; returns how many once all have their
-        PUBACK (raises the first failure)."""
-        loop = asyncio.get_running_loop()
-        window = asyncio.Semaphore(in_flight)
-        pending: set[asyncio.Task[None]] = set()
-        failed: list[BaseException] = []
-        topic = f"{self.root}/replay"
-        sent = 0
-
-        def done(task: asyncio.Task[None]) -> None:
-            pending.discard(task)
-            window.release()
-            if not task.cancelled() and (error := task.exception()) is not None:
-                failed.append(error)
-
         try:
             for chunk in self.desk.replay_chunks(page):
                 for body in chunk:
-                    await window.acquire()
-                    if failed:
-                        raise failed[0]
-                    if self._live_idle is not None:
-                        await self._live_idle()
-                    task = loop.create_task(via.publish(topic, body, qos=1,
-                                                        properties=self._props))
-                    pending.add(task)
-                    task.add_done_callback(done)
+                    if live_idle is not None:
+                        await live_idle()
+                    await window.send(topic, body, props)
                     sent += 1
-            while pending:
-                await asyncio.wait(set(pending))
-            if failed:
-                raise failed[0]
-            return sent
+                    if sent % REPLAY_YIELD_EVERY == 0:
+                        await asyncio.sleep(0)
+            await window.drain()
         finally:
-            for task in pending:
-                task.cancel()
+            window.close()
+        return sent
 
     def _replay_done(self, task: asyncio.Task[None]) -> None:
         self._replays.discard(task)

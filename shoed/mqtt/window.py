@@ -10,9 +10,10 @@ message, which aiomqtt's ``publish`` pays twice a card.
 
 The packets leave in call order and the broker answers in that order; nothing here marks
 anything done (the live publisher marks the outbox after each drain, in seq order), so
-the order of PUBACKs only matters for knowing that all came. One sender at a time: a
-second one waiting at once is not supported. A connection that drops, or no PUBACK for
-`timeout` seconds while some are awaited, raises BrokerError in the sender.
+the order of PUBACKs only matters for knowing that all came. One sender per window: a
+second one waiting at once is not supported (a second window is). A connection that
+drops, or no PUBACK for `timeout` seconds while some are awaited, raises BrokerError in
+the sender.
 """
 
 from __future__ import annotations
@@ -28,6 +29,11 @@ from shoed.errors import BrokerError
 
 
 class PublishWindow:
+    """`size` QoS 1 messages awaiting their PUBACK at most, on one client; close() it when
+    done. Several windows may share a client (the live publisher's and a replay's on the
+    daemon's connection): paho's callbacks are wrapped once per client, and each window
+    counts only the mids it sent."""
+
     def __init__(self, client: aiomqtt.Client, size: int, timeout: float) -> None:
         # aiomqtt documents no way to this; paho's callbacks are public (decisions.md 30).
         self._paho = client._client
@@ -36,21 +42,21 @@ class PublishWindow:
         self._awaited: set[int] = set()  # mids sent, PUBACK not yet received
         self._waiter: asyncio.Future[None] | None = None
         self._lost: str | None = None
-        inner_publish: Any = self._paho.on_publish
-        inner_disconnect: Any = self._paho.on_disconnect
+        self._windows = _windows_of(self._paho)
+        self._windows.add(self)
 
-        def on_publish(c: Any, userdata: Any, mid: int, *rest: Any) -> None:
+    def close(self) -> None:
+        """No more messages through this window (its client's callbacks forget it)."""
+        self._windows.discard(self)
+
+    def _acked(self, mid: int) -> None:
+        if mid in self._awaited:
             self._awaited.discard(mid)
             self._wake()
-            inner_publish(c, userdata, mid, *rest)
 
-        def on_disconnect(c: Any, userdata: Any, *rest: Any) -> None:
-            self._lost = f"the connection was lost ({rest[1] if len(rest) > 1 else rest})"
-            self._wake()
-            inner_disconnect(c, userdata, *rest)
-
-        self._paho.on_publish = on_publish
-        self._paho.on_disconnect = on_disconnect
+    def _connection_lost(self, why: str) -> None:
+        self._lost = f"the connection was lost ({why})"
+        self._wake()
 
     def _wake(self) -> None:
         waiter = self._waiter
@@ -102,3 +108,30 @@ class PublishWindow:
 def _resolve(waiter: asyncio.Future[None]) -> None:
     if not waiter.done():
         waiter.set_result(None)
+
+
+def _windows_of(paho: Any) -> set[PublishWindow]:
+    """The windows open on a paho client; its on_publish and on_disconnect are wrapped
+    once, the first time (aiomqtt's own callbacks still run after them)."""
+    windows: set[PublishWindow] | None = getattr(paho, "_shoed_windows", None)
+    if windows is not None:
+        return windows
+    opened: set[PublishWindow] = set()
+    paho._shoed_windows = opened
+    inner_publish: Any = paho.on_publish
+    inner_disconnect: Any = paho.on_disconnect
+
+    def on_publish(c: Any, userdata: Any, mid: int, *rest: Any) -> None:
+        for window in tuple(opened):
+            window._acked(mid)
+        inner_publish(c, userdata, mid, *rest)
+
+    def on_disconnect(c: Any, userdata: Any, *rest: Any) -> None:
+        why = str(rest[1] if len(rest) > 1 else rest)
+        for window in tuple(opened):
+            window._connection_lost(why)
+        inner_disconnect(c, userdata, *rest)
+
+    paho.on_publish = on_publish
+    paho.on_disconnect = on_disconnect
+    return opened
