@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import threading
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -18,6 +19,7 @@ from typing import Any, Protocol
 from shoed.errors import TransportLost
 
 READ_TIMEOUT_S = 0.05
+READ_CHUNK = 4096  # bytes read from a tty at once
 USB_PACKET = 64
 USB_INTERFACE = 0
 USB_EP_OUT = 0x01
@@ -139,6 +141,7 @@ class SerialTransport(_ThreadedTransport):
         self.description = f"serial {port}"
         self._serial: Any = None
         self._fd: int | None = None
+        self._direct = False  # read(2)/write(2) on the fd (a tty), not pyserial's loops
 
     def _open_blocking(self) -> None:
         import serial
@@ -166,14 +169,29 @@ class SerialTransport(_ThreadedTransport):
             super()._start_reading()
             return
         self._fd = fd
+        from serial import serialposix
+
+        # pyserial opens a tty O_NONBLOCK (its own read and write wait in select)
+        self._direct = isinstance(self._serial, serialposix.Serial) and not os.get_blocking(fd)
         self._loop.add_reader(fd, self._readable)
 
     def _readable(self) -> None:
+        """The fd is readable: what is there, in one read(2) on the fd pyserial opened
+        non-blocking (its own read() adds an ioctl, a select and a Timeout object per
+        chunk; docs/performance.md). Readable with nothing to read is a vanished device,
+        as pyserial reports it."""
+        fd = self._fd
         try:
-            data = self._serial.read(self._serial.in_waiting or 1)
+            data = os.read(fd, READ_CHUNK) if self._direct and fd is not None else \
+                self._serial.read(self._serial.in_waiting or 1)
+            if not data and self._direct:
+                raise OSError("device reports readiness to read but returned no data "
+                              "(device disconnected?)")
+        except BlockingIOError:
+            return  # woken with nothing to read after all
         except Exception as error:
             self._stop_watching()
-            self._queue.put_nowait(TransportLost(f"{self.description}: {error}"))
+            self._queue.put_nowait(TransportLost(f"{self.description}: read failed: {error}"))
             return
         if data:
             self._deliver(data)
@@ -189,6 +207,13 @@ class SerialTransport(_ThreadedTransport):
         await super().close()
 
     def _write_blocking(self, data: bytes) -> None:
+        """One write(2) when the tty takes it all (the common case: a frame or an ACK is
+        a few bytes); otherwise pyserial's write, with its write timeout, for the rest."""
+        if self._direct and self._fd is not None:
+            with contextlib.suppress(BlockingIOError):  # full: pyserial waits for room
+                data = data[os.write(self._fd, data):]
+            if not data:
+                return
         self._serial.write(data)
 
     def _close_blocking(self) -> None:
