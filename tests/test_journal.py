@@ -48,3 +48,77 @@ def test_event_written_after_its_puback_is_not_published_again(tmp_path: pathlib
         journal.mark_published(2)
         journal.add_event(2, "T-i-2", "card", "{changed}")  # a replay: ignored
     assert journal.unpublished() == [] and journal.events_between(1, 2) == ["{}", "{}"]
+
+
+def test_dedup_rides_on_the_frames_last_input_and_is_kept_in_meta_only_when_it_must(
+        tmp_path: pathlib.Path) -> None:
+    """Schema 4: the record before an ACK writes the dedup state on its input row; meta
+    holds it when a frame brought no input, or when the row carrying it is pruned."""
+    journal = Journal(tmp_path / "state")
+    assert journal.dedup() is None
+    with journal.transaction():
+        journal.add_input(1.0, "{}")
+        journal.add_input(1.0, "{}", dedup="[7, 1]")
+    assert journal.dedup() == "[7, 1]" and journal.meta("dedup") is None
+    with journal.transaction():
+        journal.set_dedup("[7, 2]")  # a heartbeat: no input, meta
+    assert journal.dedup() == "[7, 2]"
+    with journal.transaction():
+        journal.add_input(2.0, "{}")  # a command's input: no dedup, the meta stays newest
+    assert journal.dedup() == "[7, 2]"
+    with journal.transaction():
+        journal.add_input(3.0, "{}", dedup="[8, 1]")  # the shoe rebooted
+    assert journal.dedup() == "[8, 1]"
+    # Snapshots prune the inputs before the previous one, the row with [8, 1] among them.
+    with journal.transaction():
+        journal.save_snapshot(4, "{}")
+        for i in range(5, 9):
+            journal.add_input(float(i), "{}")
+        journal.save_snapshot(8, "{}")
+    assert journal._conn().execute("SELECT MIN(id) FROM inputs").fetchone()[0] == 5
+    assert journal.dedup() == "[8, 1]"
+    journal.close()
+    assert Journal(tmp_path / "state").dedup() == "[8, 1]"
+
+
+def test_schema_3_journal_is_migrated_with_its_dedup_and_a_partial_outbox_index(
+        tmp_path: pathlib.Path) -> None:
+    import sqlite3
+
+    state = tmp_path / "state"
+    state.mkdir(mode=0o750)
+    with sqlite3.connect(state / "journal.sqlite3") as conn:
+        conn.executescript("""
+            CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+            CREATE TABLE inputs (id INTEGER PRIMARY KEY, at REAL NOT NULL, body TEXT NOT NULL);
+            CREATE TABLE events (
+                seq INTEGER PRIMARY KEY, event_id TEXT NOT NULL UNIQUE, type TEXT NOT NULL,
+                created REAL NOT NULL, body TEXT NOT NULL, published INTEGER NOT NULL DEFAULT 0,
+                created_up REAL NOT NULL DEFAULT 0);
+            CREATE INDEX events_unpublished ON events(published, seq);
+            CREATE TABLE snapshots (input_id INTEGER PRIMARY KEY, state TEXT NOT NULL);
+            CREATE TABLE responses (
+                sender TEXT NOT NULL, request_id TEXT NOT NULL, fingerprint TEXT NOT NULL,
+                created REAL NOT NULL, body TEXT NOT NULL, created_up REAL NOT NULL DEFAULT 0,
+                PRIMARY KEY (sender, request_id)) WITHOUT ROWID;
+            INSERT INTO meta VALUES ('instance_id', 'old3'), ('dedup', '[4242, 17]');
+            INSERT INTO inputs VALUES (1, 1.0, '{}');
+            INSERT INTO events VALUES (1, 'T-old3-1', 'card', 1.0, '{"a": 1}', 1, 0),
+                                      (2, 'T-old3-2', 'card', 1.0, '{"a": 2}', 0, 0);
+            PRAGMA user_version=3;
+        """)
+    journal = Journal(state)
+    conn = journal._conn()
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 4
+    assert journal.instance_id == "old3" and journal.dedup() == "[4242, 17]"
+    index = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'events_unpublished'"
+                         ).fetchone()[0]
+    assert "WHERE published = 0" in index
+    plan = " ".join(str(r[3]) for r in conn.execute(
+        "EXPLAIN QUERY PLAN SELECT seq, body FROM events WHERE published = 0 ORDER BY seq"))
+    assert "events_unpublished" in plan
+    assert journal.unpublished() == [(2, '{"a": 2}')] and journal.outbox_depth() == 1
+    with journal.transaction():
+        journal.add_input(2.0, "{}", dedup="[4242, 18]")
+        journal.mark_published(2)
+    assert journal.dedup() == "[4242, 18]" and journal.unpublished() == []

@@ -5,7 +5,8 @@ events they produced (the outbox), the link's duplicate-detection state, command
 answers, snapshots. The daemon ACKs the shoe only after the frame's inputs and the
 dedup state are committed (fsynced), and answers a command only after its input, events
 and answer are. Events derived from a recorded frame are written later, after their
-publish, in a transaction of their own (they can be derived again). Events leave the
+publish, in a transaction of their own, not fsynced by itself (they can be derived
+again; the next fsynced commit syncs the log with them). Events leave the
 outbox (``published = 1``) only after the broker's PUBACK; published events stay for
 `retention_days` for `replay`.
 
@@ -53,17 +54,20 @@ CACHE_KIB = 256  # SQLite's page cache per connection (its default: 2 000 KiB)
 
 # The journal's schema, in `PRAGMA user_version`. 1: the first release (which left
 # user_version at 0); 2: `created_up`, the uptime at which an event or answer was written;
-# 3: answers keyed by (sender, request_id), with the command's fingerprint.
-SCHEMA_VERSION = 3
+# 3: answers keyed by (sender, request_id), with the command's fingerprint; 4: the link's
+# dedup state on the input row of the frame that moved it (`inputs.dedup`), and the
+# outbox index partial (only unpublished events are in it).
+SCHEMA_VERSION = 4
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS inputs (id INTEGER PRIMARY KEY, at REAL NOT NULL, body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS inputs (id INTEGER PRIMARY KEY, at REAL NOT NULL, body TEXT NOT NULL,
+    dedup TEXT);
 CREATE TABLE IF NOT EXISTS events (
     seq INTEGER PRIMARY KEY, event_id TEXT NOT NULL UNIQUE, type TEXT NOT NULL,
     created REAL NOT NULL, body TEXT NOT NULL, published INTEGER NOT NULL DEFAULT 0,
     created_up REAL NOT NULL DEFAULT 0);
-CREATE INDEX IF NOT EXISTS events_unpublished ON events(published, seq);
+CREATE INDEX IF NOT EXISTS events_unpublished ON events(seq) WHERE published = 0;
 CREATE TABLE IF NOT EXISTS snapshots (input_id INTEGER PRIMARY KEY, state TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS responses (
     sender TEXT NOT NULL, request_id TEXT NOT NULL, fingerprint TEXT NOT NULL,
@@ -87,6 +91,14 @@ INSERT INTO responses_v3(sender, request_id, fingerprint, created, body, created
     SELECT 'anonymous', request_id, '', created, body, created_up FROM responses;
 DROP TABLE responses;
 ALTER TABLE responses_v3 RENAME TO responses;
+"""
+# From schema 3: the dedup state so far is in meta (read as older than any input row's);
+# the index is rebuilt with the unpublished events alone (one pass over the table at the
+# first start, ~0.2 s for 300 000 events; docs/performance.md).
+MIGRATE_FROM_3 = """
+ALTER TABLE inputs ADD COLUMN dedup TEXT;
+DROP INDEX IF EXISTS events_unpublished;
+CREATE INDEX events_unpublished ON events(seq) WHERE published = 0;
 """
 
 
@@ -357,7 +369,8 @@ class Journal:
                 db.executescript(SCHEMA)
                 db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             elif version < SCHEMA_VERSION:
-                steps = (MIGRATE_FROM_1 if version < 2 else "") + MIGRATE_FROM_2
+                steps = ((MIGRATE_FROM_1 if version < 2 else "")
+                         + (MIGRATE_FROM_2 if version < 3 else "") + MIGRATE_FROM_3)
                 db.executescript(f"BEGIN; {steps} "
                                  f"PRAGMA user_version={SCHEMA_VERSION}; COMMIT;")
         except (sqlite3.Error, OSError) as error:
@@ -409,10 +422,17 @@ class Journal:
         self._unlock()
 
     @contextmanager
-    def transaction(self) -> Iterator[None]:
+    def transaction(self, synced: bool = True) -> Iterator[None]:
         """One atomic write, fsynced. Raises StorageError (and rolls back) on failure.
 
-        Carries the uptime with it when the saved one is UPTIME_SAVE_EVERY_S old."""
+        Carries the uptime with it when the saved one is UPTIME_SAVE_EVERY_S old.
+        `synced=False`: committed without its own fsync (SQLite's synchronous=NORMAL for
+        this one). Safe from a crash of the daemon at once (the write is in the OS), and
+        made durable by the next fsynced commit, which syncs the whole log, in order; only
+        a power cut before that may lose it. For writes that can be derived again (the
+        recorder's effect write)."""
+        if not synced:
+            self._conn().execute("PRAGMA synchronous=NORMAL")
         try:
             self._conn().execute("BEGIN IMMEDIATE")
             self._in_tx = True
@@ -430,6 +450,9 @@ class Journal:
             raise
         finally:
             self._in_tx = False
+            if not synced:
+                with suppress(sqlite3.Error):
+                    self._conn().execute("PRAGMA synchronous=FULL")
 
     def _save_uptime(self) -> None:
         if self._uptime is not None:
@@ -517,9 +540,33 @@ class Journal:
 
     # -- inputs, snapshots ---------------------------------------------------------------
 
-    def add_input(self, at: float, body: str) -> int:
-        cursor = self._run("INSERT INTO inputs(at, body) VALUES(?, ?)", (at, body))
+    def add_input(self, at: float, body: str, dedup: str | None = None) -> int:
+        """An input; `dedup`: the link's dedup state after the frame it came from (on the
+        frame's last input), in the same row: the record before an ACK writes one page
+        fewer than with it in meta (docs/performance.md)."""
+        cursor = self._run("INSERT INTO inputs(at, body, dedup) VALUES(?, ?, ?)",
+                           (at, body, dedup))
         return int(cursor.lastrowid or 0)
+
+    def set_dedup(self, dedup: str) -> None:
+        """The dedup state when a frame brought no input: in meta, with the newest input's
+        id (an input row after it is newer)."""
+        self.set_meta("dedup", json.dumps([self.last_input_id(), dedup]))
+
+    def dedup(self) -> str | None:
+        """The newest dedup state recorded: an input row's, or meta's when that is newer."""
+        row = self._run("SELECT id, dedup FROM inputs WHERE dedup IS NOT NULL "
+                        "ORDER BY id DESC LIMIT 1").fetchone()
+        kept = self.meta("dedup")
+        if kept is not None:
+            value = json.loads(kept)
+            # schema 3 and before: the state itself ([boot_id, last_seq]), older than
+            # any input row's; since 4: [input id it follows, state].
+            after, state = (value[0], value[1]) if len(value) == 2 and isinstance(
+                value[1], str) else (-1, kept)
+            if row is None or int(after) >= int(row[0]):
+                return str(state)
+        return None if row is None else str(row[1])
 
     def save_snapshot(self, input_id: int, state: str) -> None:
         self._run("INSERT OR REPLACE INTO snapshots(input_id, state) VALUES(?, ?)",
@@ -528,6 +575,12 @@ class Journal:
         row = self._run("SELECT input_id FROM snapshots WHERE input_id < ? "
                         "ORDER BY input_id DESC LIMIT 1", (input_id,)).fetchone()
         if row is not None:
+            newest = self._run("SELECT id, dedup FROM inputs WHERE dedup IS NOT NULL "
+                               "ORDER BY id DESC LIMIT 1").fetchone()
+            if newest is not None and newest[0] <= row[0]:  # it goes: keep it in meta
+                kept = self.dedup()
+                if kept is not None:
+                    self.set_meta("dedup", json.dumps([int(newest[0]), kept]))
             self._run("DELETE FROM snapshots WHERE input_id < ?", (row[0],))
             self._run("DELETE FROM inputs WHERE id <= ?", (row[0],))
 

@@ -2,14 +2,17 @@
 
 Three kinds of writes, by what they protect:
 
-* the record (fsynced): a device frame's inputs and the link's dedup state, before its
-  ACK (:meth:`Recorder.record`); a command with its events and answer, before the answer
-  (:meth:`Recorder.commit`);
-* the effect (fsynced after the publish): the events a recorded device input produced,
-  publish marks and snapshots (:meth:`Recorder.write_effects`). All of it can be derived
-  again from the record: :meth:`Recorder.open` replays recorded inputs and inserts the
-  events that are missing (same seq, same event_id). So the effect is written after the
-  events have been handed to the broker, off the card-to-event path;
+* the record (fsynced): a device frame's inputs and the link's dedup state (on the
+  frame's last input row), before its ACK (:meth:`Recorder.record`); a command with its
+  events and answer, before the answer (:meth:`Recorder.commit`);
+* the effect (committed after the publish, without an fsync of its own): the events a
+  recorded device input produced, publish marks and snapshots
+  (:meth:`Recorder.write_effects`). All of it can be derived again from the record:
+  :meth:`Recorder.open` replays recorded inputs and inserts the events that are missing
+  (same seq, same event_id). So the effect is written after the events have been handed
+  to the broker, off the card-to-event path, and made durable by the next record's
+  fsync (the log is synced whole, in order); a power cut before that loses only what
+  the next start derives again, and publishes again what had its PUBACK;
 * a command's transaction also carries any effect still unwritten.
 
 When the journal cannot be written, nothing is ACKed or answered, the engine is rolled
@@ -108,8 +111,19 @@ class Recorder:
 
     def dedup(self) -> DedupState:
         """The link's duplicate detection as last recorded."""
-        boot, last = json.loads(self.journal.meta("dedup") or "[null, null]")
+        boot, last = json.loads(self.journal.dedup() or "[null, null]")
         return DedupState(boot, last)
+
+    def _add_inputs(self, inputs: list[Input], dedup: DedupState | None) -> list[int]:
+        """The inputs' rows, the frame's dedup state on the last (or in meta when the
+        frame brought none)."""
+        journal = self.journal
+        kept = None if dedup is None else json.dumps([dedup.boot_id, dedup.last_seq])
+        if kept is not None and not inputs:
+            journal.set_dedup(kept)
+        last = len(inputs) - 1
+        return [journal.add_input(inp.at, inp.model_dump_json(), kept if i == last else None)
+                for i, inp in enumerate(inputs)]
 
     # -- a device frame: record, (ACK), apply ----------------------------------------------
 
@@ -121,9 +135,7 @@ class Recorder:
         journal = self.journal
         try:
             with journal.transaction():
-                recorded = [(journal.add_input(inp.at, inp.model_dump_json()), inp)
-                            for inp in inputs]
-                journal.set_meta("dedup", json.dumps([dedup.boot_id, dedup.last_seq]))
+                recorded = list(zip(self._add_inputs(inputs, dedup), inputs, strict=True))
         except StorageError as error:
             self._failed(str(error))
             return None
@@ -169,8 +181,7 @@ class Recorder:
         outputs: list[Output] = []
         try:
             with journal.transaction():
-                for inp in inputs:
-                    input_id = journal.add_input(inp.at, inp.model_dump_json())
+                for input_id, inp in zip(self._add_inputs(inputs, dedup), inputs, strict=True):
                     outputs.append(self._apply(input_id, inp))
                     rollback = rollback or engine.last_rollback
                     if answer is not None:
@@ -178,8 +189,6 @@ class Recorder:
                         sender, request_id, fingerprint = answer_key or (
                             "anonymous", str(body["request_id"]), "")
                         journal.add_response(sender, request_id, fingerprint, body)
-                if dedup is not None:
-                    journal.set_meta("dedup", json.dumps([dedup.boot_id, dedup.last_seq]))
                 written = self._effects_in_transaction()
         except StorageError:
             if rollback is not None:
@@ -231,9 +240,9 @@ class Recorder:
         if not self.status.storage_ok and not self.retry():
             return False  # the retry's own transaction wrote the effect when it succeeded
         try:
-            # fsynced here, after the publish, where nothing waits: left unsynced, its
-            # pages would be flushed by the next card's record, before that card's ACK.
-            with self.journal.transaction():
+            # Not fsynced: all of it can be derived again from the record (the module's
+            # docstring), and the next card's record syncs it with its own pages.
+            with self.journal.transaction(synced=False):
                 written = self._effects_in_transaction()
             self._effects_written(*written)
             self.journal.checkpoint_if_due()  # after the publish: nothing waits on it
