@@ -5,8 +5,7 @@ events they produced (the outbox), the link's duplicate-detection state, command
 answers, snapshots. The daemon ACKs the shoe only after the frame's inputs and the
 dedup state are committed (fsynced), and answers a command only after its input, events
 and answer are. Events derived from a recorded frame are written later, after their
-publish, in a transaction of their own, not fsynced by itself (they can be derived
-again; the next fsynced commit syncs the log with them). Events leave the
+publish, in a transaction of their own (they can be derived again). Events leave the
 outbox (``published = 1``) only after the broker's PUBACK; published events stay for
 `retention_days` for `replay`.
 
@@ -422,17 +421,15 @@ class Journal:
         self._unlock()
 
     @contextmanager
-    def transaction(self, synced: bool = True) -> Iterator[None]:
+    def transaction(self) -> Iterator[None]:
         """One atomic write, fsynced. Raises StorageError (and rolls back) on failure.
 
         Carries the uptime with it when the saved one is UPTIME_SAVE_EVERY_S old.
-        `synced=False`: committed without its own fsync (SQLite's synchronous=NORMAL for
-        this one). Safe from a crash of the daemon at once (the write is in the OS), and
-        made durable by the next fsynced commit, which syncs the whole log, in order; only
-        a power cut before that may lose it. For writes that can be derived again (the
-        recorder's effect write)."""
-        if not synced:
-            self._conn().execute("PRAGMA synchronous=NORMAL")
+
+        Every commit is fsynced, also those that could be derived again: the wal-index
+        (`-shm`) then never counts a frame that is not on disk, which is what lets
+        check.frames_lost() tell a damaged log from a power cut (docs/performance.md,
+        "tried and not kept")."""
         try:
             self._conn().execute("BEGIN IMMEDIATE")
             self._in_tx = True
@@ -450,9 +447,6 @@ class Journal:
             raise
         finally:
             self._in_tx = False
-            if not synced:
-                with suppress(sqlite3.Error):
-                    self._conn().execute("PRAGMA synchronous=FULL")
 
     def _save_uptime(self) -> None:
         if self._uptime is not None:

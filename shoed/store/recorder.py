@@ -5,14 +5,11 @@ Three kinds of writes, by what they protect:
 * the record (fsynced): a device frame's inputs and the link's dedup state (on the
   frame's last input row), before its ACK (:meth:`Recorder.record`); a command with its
   events and answer, before the answer (:meth:`Recorder.commit`);
-* the effect (committed after the publish, without an fsync of its own): the events a
-  recorded device input produced, publish marks and snapshots
-  (:meth:`Recorder.write_effects`). All of it can be derived again from the record:
-  :meth:`Recorder.open` replays recorded inputs and inserts the events that are missing
-  (same seq, same event_id). So the effect is written after the events have been handed
-  to the broker, off the card-to-event path, and made durable by the next record's
-  fsync (the log is synced whole, in order); a power cut before that loses only what
-  the next start derives again, and publishes again what had its PUBACK;
+* the effect (fsynced after the publish): the events a recorded device input produced,
+  publish marks and snapshots (:meth:`Recorder.write_effects`). All of it can be derived
+  again from the record: :meth:`Recorder.open` replays recorded inputs and inserts the
+  events that are missing (same seq, same event_id). So the effect is written after the
+  events have been handed to the broker, off the card-to-event path;
 * a command's transaction also carries any effect still unwritten.
 
 When the journal cannot be written, nothing is ACKed or answered, the engine is rolled
@@ -240,9 +237,10 @@ class Recorder:
         if not self.status.storage_ok and not self.retry():
             return False  # the retry's own transaction wrote the effect when it succeeded
         try:
-            # Not fsynced: all of it can be derived again from the record (the module's
-            # docstring), and the next card's record syncs it with its own pages.
-            with self.journal.transaction(synced=False):
+            # fsynced here, after the publish, where nothing waits: left unsynced, its
+            # frames could be counted by the wal-index before they are on disk, and a
+            # power cut would then look like a damaged log (Journal.transaction).
+            with self.journal.transaction():
                 written = self._effects_in_transaction()
             self._effects_written(*written)
             self.journal.checkpoint_if_due()  # after the publish: nothing waits on it
