@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -204,7 +205,10 @@ class Refused(Exception):
         self.message = message
 
 
+@functools.lru_cache(maxsize=64)
 def iso(at: float) -> str:
+    """A wall time as the events carry it (ISO 8601, UTC, milliseconds). Cached: an
+    input's events share its time, and the cards in play keep theirs."""
     stamp = dt.datetime.fromtimestamp(at, dt.UTC).isoformat(timespec="milliseconds")
     return stamp.replace("+00:00", "Z")
 

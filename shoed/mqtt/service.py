@@ -30,6 +30,7 @@ import aiomqtt
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.subscribeoptions import SubscribeOptions
+from pydantic_core import to_json
 
 from shoed.aio import Wakeup, clear_stray_cancel
 from shoed.config import Settings
@@ -403,20 +404,23 @@ class MqttService:
         if moved is None or moved != self._state_seq:  # the snapshot is built only then
             state = self.state()
             if state.get("seq") != self._state_seq and self._reflected(state.get("seq")):
-                await self._send_retained(client, "state", json.dumps(state), live)
+                await self._send_retained(client, "state", to_json(state), live)
                 self._state_seq = state.get("seq")
         if self.roads is not None:
             roads_seq, roads_body = self.roads
             moved = roads_seq()
             if moved != self._roads_seq and self._reflected(moved):
                 board = roads_body()
-                await self._send_retained(client, "roads", json.dumps(board), live)
+                await self._send_retained(client, "roads", to_json(board), live)
                 self._roads_seq = board["seq"]
 
-    async def _send_retained(self, client: aiomqtt.Client, leaf: str, body: str,
+    async def _send_retained(self, client: aiomqtt.Client, leaf: str, body: str | bytes,
                              live: PublishWindow | None) -> None:
         if live is not None:
-            await live.publish(f"{self.root}/{leaf}", body, self._props, retain=True)
+            # Handed to paho, its PUBACK not awaited here: the window's next send waits
+            # for it (a snapshot follows its events, and the next event follows it),
+            # and the publisher is not woken only to learn that it came.
+            await live.send(f"{self.root}/{leaf}", body, self._props, retain=True)
         else:
             await client.publish(f"{self.root}/{leaf}", body, qos=1, retain=True,
                                  properties=self._props)

@@ -64,7 +64,7 @@ class PublishWindow:
                 len(self._awaited) < self.size or self._lost is not None):
             waiter.set_result(None)
 
-    async def send(self, topic: str, payload: str, properties: Properties | None,
+    async def send(self, topic: str, payload: str | bytes, properties: Properties | None,
                    retain: bool = False) -> None:
         """Hand one QoS 1 message to paho, once fewer than `size` await their PUBACK."""
         if len(self._awaited) >= self.size or self._lost is not None:
@@ -75,7 +75,7 @@ class PublishWindow:
         if not info.is_published():
             self._awaited.add(info.mid)
 
-    async def publish(self, topic: str, payload: str, properties: Properties | None,
+    async def publish(self, topic: str, payload: str | bytes, properties: Properties | None,
                       retain: bool = False) -> None:
         """One message, returning once it has its PUBACK (a window of one's use)."""
         await self.send(topic, payload, properties, retain)
