@@ -36,6 +36,7 @@ from shoed.aio import Wakeup, clear_stray_cancel
 from shoed.config import Settings
 from shoed.desk import CommandDesk
 from shoed.errors import BrokerError, NotABroker
+from shoed.mqtt import acks
 from shoed.mqtt.brokers import BrokerList
 from shoed.mqtt.claim import (
     SESSION_TAKEN_OVER,
@@ -72,6 +73,7 @@ class MqttService:
                  retained: dict[str, Callable[[], dict[str, Any]]], log: Any,
                  roads: tuple[Callable[[], int], Callable[[], dict[str, Any]]] | None = None,
                  state_seq: Callable[[], int] | None = None) -> None:
+        acks.install()  # plain PUBACKs without paho's per-packet objects (acks.py)
         self.settings = settings
         self.root = settings.topic_root
         self.brokers = BrokerList.of(settings.mqtt.urls)  # mqtt.url: one, or a list

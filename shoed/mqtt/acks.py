@@ -1,0 +1,70 @@
+"""A plain PUBACK decoded without building paho's objects for it.
+
+paho-mqtt (2.2) decodes every PUBACK into a new ``ReasonCode`` (twice under MQTT 5,
+each copying its table of 45 names) and a new ``Properties``, which nobody on this
+connection reads: the live publisher and a replay count PUBACKs by packet id
+(window.py), aiomqtt resolves its futures by packet id. In a profile of a card's path
+that was 12 % of the daemon's Python time (docs/performance.md, "Round two").
+
+Nearly every PUBACK a broker sends is plain: the packet id alone (success, no
+properties: MQTT 5 section 3.4.2.1, and every MQTT 3.1.1 PUBACK), or with reason 0x00
+and an empty property length. :func:`install` puts a decoder in front of paho's that
+answers those with one shared Success ``ReasonCode`` and one shared empty
+``Properties``; anything else (a failure reason, properties, a malformed packet) goes
+to paho's own decoder, which raises what it always raised. It replaces a function of
+paho's private ``_packet`` module (docs/decisions.md, item 129): when that is not
+there, or not what was tested, nothing is installed and paho decodes as before.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from paho.mqtt.enums import MQTTProtocolVersion
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+from paho.mqtt.reasoncodes import ReasonCode
+
+try:
+    from paho.mqtt import _packet
+except ImportError:  # a paho without it (2.1): its own decoding stays
+    _packet = None  # type: ignore[assignment]
+
+SUCCESS = ReasonCode(PacketTypes.PUBACK)
+NO_PROPERTIES = Properties(PacketTypes.PUBACK)  # type: ignore[no-untyped-call]
+
+
+def plain_puback(packet: bytes | bytearray, protocol: int) -> int | None:
+    """The packet id of a plain PUBACK (everything after the fixed header), or None
+    when it is anything else."""
+    size = len(packet)
+    if size == 2:
+        return (packet[0] << 8) | packet[1]
+    if protocol == MQTTProtocolVersion.MQTTv5 and (
+            (size == 3 and packet[2] == 0) or (size == 4 and packet[2] == 0 == packet[3])):
+        return (packet[0] << 8) | packet[1]
+    return None
+
+
+def install() -> bool:
+    """Put the plain-PUBACK decoder in front of paho's (once); True if it is there."""
+    if _packet is None:
+        return False
+    current = getattr(_packet, "decode_puback", None)
+    if current is None or not hasattr(_packet, "PubackPacket"):
+        return False
+    if getattr(current, "_shoed_plain", False):
+        return True
+    paho_decode = current
+    puback = _packet.PubackPacket
+
+    def decode_puback(header: int, packet: bytes | bytearray, protocol: Any) -> Any:
+        mid = plain_puback(packet, protocol)
+        if mid is None:
+            return paho_decode(header, packet, protocol)
+        return puback(mid=mid, reason=SUCCESS, properties=NO_PROPERTIES)
+
+    decode_puback._shoed_plain = True  # type: ignore[attr-defined]
+    decode_puback.paho_decode = paho_decode  # type: ignore[attr-defined]
+    _packet.decode_puback = decode_puback
+    return True
