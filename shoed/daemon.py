@@ -140,8 +140,10 @@ class Daemon:
             if interval and self.supervisor.healthy():
                 self.notifier.notify(WATCHDOG=1)  # from the loop, only while all is well
             self.notify_status()
-            self.recorder.housekeeping(self.settings.state.retention_days,
-                                      self.settings.commands.request_id_memory_h * 3600)
+            retention = self.settings.state.retention_days
+            answers_s = self.settings.commands.request_id_memory_h * 3600
+            if self.recorder.housekeeping(retention, answers_s):
+                await self.recorder.prune(retention, answers_s)
 
     def request_stop(self) -> None:
         self._stop.set()

@@ -11,6 +11,7 @@ import math
 import pathlib
 
 import pytest
+from kit import asynctest
 
 from shoed.store.journal import Journal
 from shoed.store.uptime import Uptime
@@ -183,4 +184,72 @@ def test_time_switched_off_does_not_age_anything_by_the_uptime(tmp_path: pathlib
     assert journal.prune(retention_days=30) == 0
     clocks.pass_(30 * DAY + 1)
     assert journal.prune(retention_days=30) == 4
+    journal.close()
+
+
+def test_prune_in_batches_drops_the_oldest_first_and_keeps_one_gapless_run(
+        tmp_path: pathlib.Path) -> None:
+    clocks = Clocks()
+    journal = clocks.open(tmp_path / "state")
+    _events(journal, 1, 20)
+    clocks.pass_(2 * DAY)
+    _events(journal, 21, 25)  # young: they stay
+    assert journal.prune(retention_days=1, limit=8) == 8
+    assert journal.event_range() == (9, 25)
+    assert journal.prune(retention_days=1, limit=8) == 8
+    assert journal.prune(retention_days=1, limit=8) == 4  # the old ones are gone: it stops
+    assert journal.event_range() == (21, 25)
+    assert journal.prune(retention_days=1, limit=8) == 0
+    journal.close()
+
+
+@asynctest
+async def test_the_daemons_prune_runs_in_batches_with_the_loop_free_between(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A day's backlog goes in batches of PRUNE_BATCH, at most PRUNE_BATCHES a call, with
+    the loop free between them (a card waits for one batch at most)."""
+    import asyncio
+
+    from shoed.core.config import EngineConfig
+    from shoed.core.engine import Engine
+    from shoed.status import TableStatus
+    from shoed.store import recorder as rec
+
+    class Log:
+        def __init__(self) -> None:
+            self.lines: list[tuple[str, dict[str, object]]] = []
+
+        def info(self, event: str, **kw: object) -> None:
+            self.lines.append((event, kw))
+
+        warning = error = info
+
+    monkeypatch.setattr(rec, "PRUNE_BATCH", 10)
+    monkeypatch.setattr(rec, "PRUNE_BATCHES", 3)
+    clocks = Clocks()
+    journal = clocks.open(tmp_path / "state")
+    _events(journal, 1, 45)
+    clocks.pass_(2 * DAY)
+    log = Log()
+    recorder = rec.Recorder(journal, Engine(EngineConfig("T1"), instance_id="i"),
+                            TableStatus("T1"), 64, log)
+    assert recorder.housekeeping(retention_days=1)  # never pruned: due
+    turns = 0
+
+    async def count_turns() -> None:
+        nonlocal turns
+        while True:
+            turns += 1
+            await asyncio.sleep(0)
+
+    counter = asyncio.create_task(count_turns())
+    assert await recorder.prune(retention_days=1) == 30  # 3 batches of 10
+    assert turns >= 2  # the loop ran between the batches
+    assert journal.event_range() == (31, 45)
+    assert log.lines[-1] == ("journal_pruned", {"events": 30, "more": True,
+                                                "uptime": round(journal.uptime.now())})
+    assert recorder.housekeeping(retention_days=1)  # more to drop: due again at once
+    assert await recorder.prune(retention_days=1) == 14  # the newest event always stays
+    assert not recorder.housekeeping(retention_days=1)  # done: the next in an hour
+    counter.cancel()
     journal.close()

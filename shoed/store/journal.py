@@ -643,10 +643,11 @@ class Journal:
         return int(row[0] or 0), int(row[1] or 0)
 
     def prune(self, retention_days: int, now: float | None = None,
-              answers_s: float = REQUEST_MEMORY_S) -> int:
+              answers_s: float = REQUEST_MEMORY_S, limit: int | None = None) -> int:
         """Drop published events past retention, and command answers past retention or
         `answers_s` (`[commands] request_id_memory_h`, at least 24 h), whichever is longer;
-        the newest event always stays.
+        the newest event always stays. `limit`: at most that many events, the oldest
+        (the daemon prunes in such batches, so that no card waits for a long delete).
 
         Old means old by both clocks: the wall clock (`now`, by default the journal's)
         and the uptime accumulated across runs. A step of the wall clock either way
@@ -664,9 +665,10 @@ class Journal:
         answers = max(keep, answers_s, REQUEST_MEMORY_S)
         with self.transaction():
             cursor = self._run(
-                "DELETE FROM events WHERE seq < COALESCE((SELECT MIN(seq) FROM events WHERE "
-                "NOT (published = 1 AND created < ? AND created_up < ?)), "
-                "(SELECT MAX(seq) FROM events))", (wall - keep, up - keep))
+                "DELETE FROM events WHERE seq < MIN(COALESCE((SELECT MIN(seq) FROM events "
+                "WHERE NOT (published = 1 AND created < ? AND created_up < ?)), "
+                "(SELECT MAX(seq) FROM events)), (SELECT MIN(seq) FROM events) + ?)",
+                (wall - keep, up - keep, 2**62 if limit is None else limit))
             self._run("DELETE FROM responses WHERE created < ? AND created_up < ?",
                       (wall - answers, up - answers))
         return int(cursor.rowcount)

@@ -36,6 +36,13 @@ from shoed.store.outbox import Outbox
 
 EFFECT_WRITE_DELAY_S = 0.2  # the longest an effect waits in memory when the broker is away
 PRUNE_EVERY_S = 3600.0
+# A prune deletes at most this many events at once (~5 ms on the table PC: an hour of a
+# busy table is ~420 events), and at most PRUNE_BATCHES of them per housekeeping tick,
+# PRUNE_PAUSE_S apart: a day's backlog (~10 000) is gone in one tick, and a card waits
+# for one batch at most (docs/performance.md).
+PRUNE_BATCH = 500
+PRUNE_BATCHES = 25
+PRUNE_PAUSE_S = 0.01
 
 # Called after a device frame's record is durable and before its ACK. Empty in the
 # product; the kill tests' harness installs a crash here.
@@ -67,6 +74,7 @@ class Recorder:
         self._last_applied_input = 0
         self._effects_timer: asyncio.TimerHandle | None = None
         self._last_prune: float | None = None
+        self._pruning = False  # the last prune stopped at its batch limit: more to drop
 
     @classmethod
     def open(cls, settings: Settings, config: EngineConfig, status: TableStatus,
@@ -277,22 +285,43 @@ class Recorder:
 
     # -- housekeeping, stop -----------------------------------------------------------------
 
-    def housekeeping(self, retention_days: int, answers_s: float = 86400.0) -> None:
+    def housekeeping(self, retention_days: int, answers_s: float = 86400.0) -> bool:
         """WAL checkpoint when due (commands alone also grow it), a storage retry when
-        failing (with the gate locked the shoe may send nothing for a while), and the
-        hourly prune."""
+        failing (with the gate locked the shoe may send nothing for a while). True when
+        the hourly prune is due (:meth:`prune`; the shell runs it, in batches)."""
         if not self.status.storage_ok:
             self.retry()
-            return
+            return False
         try:
             self.journal.checkpoint_if_due()
             self.journal.save_uptime()  # a kill -9 loses at most one interval of it
-            if self._last_prune is None or time.monotonic() - self._last_prune > PRUNE_EVERY_S:
-                self._last_prune = time.monotonic()
-                pruned = self.journal.prune(retention_days, answers_s=answers_s)  # both clocks
-                self.log.info("journal_pruned", events=pruned, uptime=round(self.uptime.now()))
         except StorageError as error:
             self.log.warning("housekeeping_failed", error=str(error))
+            return False
+        return (self._pruning or self._last_prune is None
+                or time.monotonic() - self._last_prune > PRUNE_EVERY_S)
+
+    async def prune(self, retention_days: int, answers_s: float = 86400.0) -> int:
+        """The retention prune (both clocks), PRUNE_BATCH events at a time with the loop
+        free in between, at most PRUNE_BATCHES of them; what is left goes on at the next
+        call. Returns the events dropped."""
+        self._last_prune = time.monotonic()
+        dropped = 0
+        for _ in range(PRUNE_BATCHES):
+            try:
+                batch = self.journal.prune(retention_days, answers_s=answers_s,
+                                           limit=PRUNE_BATCH)
+            except StorageError as error:
+                self.log.warning("housekeeping_failed", error=str(error))
+                break
+            dropped += batch
+            self._pruning = batch == PRUNE_BATCH
+            if not self._pruning or not self.status.storage_ok:
+                break
+            await asyncio.sleep(PRUNE_PAUSE_S)
+        self.log.info("journal_pruned", events=dropped, more=self._pruning,
+                      uptime=round(self.uptime.now()))
+        return dropped
 
     async def integrity_check(self) -> None:
         """SQLite's full integrity check once after READY, in a thread on a read-only
