@@ -664,11 +664,16 @@ class Journal:
         keep = retention_days * 86400.0
         answers = max(keep, answers_s, REQUEST_MEMORY_S)
         with self.transaction():
-            cursor = self._run(
-                "DELETE FROM events WHERE seq < MIN(COALESCE((SELECT MIN(seq) FROM events "
-                "WHERE NOT (published = 1 AND created < ? AND created_up < ?)), "
-                "(SELECT MAX(seq) FROM events)), (SELECT MIN(seq) FROM events) + ?)",
-                (wall - keep, up - keep, 2**62 if limit is None else limit))
+            first, last = self.event_range()
+            # Only the batch's window is looked at (a backlog is not scanned again for
+            # every batch): the first event in it that must stay, else the window's end.
+            end = last + 1 if limit is None else min(first + limit, last + 1)
+            stays = self._run(
+                "SELECT MIN(seq) FROM events WHERE seq >= ? AND seq < ? AND "
+                "NOT (published = 1 AND created < ? AND created_up < ?)",
+                (first, end, wall - keep, up - keep)).fetchone()[0]
+            bound = min(end if stays is None else int(stays), last)  # the newest stays
+            cursor = self._run("DELETE FROM events WHERE seq < ?", (bound,))
             self._run("DELETE FROM responses WHERE created < ? AND created_up < ?",
                       (wall - answers, up - answers))
         return int(cursor.rowcount)

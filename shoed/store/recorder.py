@@ -36,12 +36,12 @@ from shoed.store.outbox import Outbox
 
 EFFECT_WRITE_DELAY_S = 0.2  # the longest an effect waits in memory when the broker is away
 PRUNE_EVERY_S = 3600.0
-# A prune deletes at most this many events at once (~5 ms on the table PC: an hour of a
-# busy table is ~420 events), and at most PRUNE_BATCHES of them per housekeeping tick,
+# A prune deletes at most this many events at once (~2 ms on the table PC; an hour of
+# a busy table is ~420 events), and at most PRUNE_BATCHES of them per housekeeping tick,
 # PRUNE_PAUSE_S apart: a day's backlog (~10 000) is gone in one tick, and a card waits
 # for one batch at most (docs/performance.md).
-PRUNE_BATCH = 500
-PRUNE_BATCHES = 25
+PRUNE_BATCH = 200
+PRUNE_BATCHES = 60
 PRUNE_PAUSE_S = 0.01
 
 # Called after a device frame's record is durable and before its ACK. Empty in the
