@@ -1,6 +1,7 @@
 """Grow a journal of N events written by shoed's own code, and time its checks.
 
     .venv/bin/python bench/grow_journal.py --events 300000 --state /tmp/big [--measure]
+    .venv/bin/python bench/grow_journal.py --events 300000 --days 31 --state /tmp/old
 
 Shoes of 8 decks are dealt through the engine (hello, shoe loaded, one card per pull, the
 cut card near the end, a new shoe after each end); every input and every event goes into
@@ -62,8 +63,14 @@ def inputs(seed: int, decks: int = 8) -> object:
                              pull_size=1, device_card_index=index)
 
 
-def grow(state: pathlib.Path, events: int, sync: bool, seed: int) -> Journal:
-    journal = Journal(state)
+def grow(state: pathlib.Path, events: int, sync: bool, seed: int, days: float = 0.0) -> Journal:
+    # --days: the journal's two clocks (wall, and the monotonic one its uptime runs on) are
+    # moved on as it grows, so that its events span the last `days` by both: a daemon
+    # started on it finds the oldest past retention (30 days) and prunes them.
+    elapsed = [0.0]
+    wall_now, mono_now = time.time() - days * 86400.0, time.monotonic()
+    journal = Journal(state, wall=lambda: wall_now + elapsed[0],
+                      monotonic=lambda: mono_now + elapsed[0]) if days else Journal(state)
     if not sync:
         journal._conn().execute("PRAGMA synchronous=OFF")
     # betting_control "none": hands are dealt as the shoe gives cards (as the bench and the
@@ -78,6 +85,7 @@ def grow(state: pathlib.Path, events: int, sync: bool, seed: int) -> Journal:
     # (bench/latency.py --journal) finds no shoe in play, and the shoe's next load is a
     # new shoe, not one loaded in play (a hold).
     while not (engine.seq >= events and shoe_over):
+        elapsed[0] = days * 86400.0 * min(1.0, engine.seq / events)
         with journal.transaction():
             for _ in range(BATCH):
                 inp: Input = next(stream)
@@ -135,6 +143,10 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--sync", action="store_true", help="fsync every transaction")
     parser.add_argument("--measure", action="store_true")
+    parser.add_argument("--days", type=float, default=0.0,
+                        help="the events span this many days back from now, by the wall "
+                             "clock and by the uptime (31: the oldest day is past the "
+                             "default retention)")
     args = parser.parse_args()
     if args.events < 1:
         parser.error("--events must be at least 1")
@@ -142,7 +154,7 @@ def main() -> None:
     if path.exists() and not args.measure:
         parser.error(f"{args.state} already holds a journal (--measure alone times it)")
     if not path.exists():
-        grow(args.state, args.events, args.sync, args.seed).close()
+        grow(args.state, args.events, args.sync, args.seed, args.days).close()
         os.sync()
     print(f"{path}: {path.stat().st_size / 1e6:.1f} MB")
     if args.measure:

@@ -16,6 +16,7 @@ a card that arrives meanwhile waits at most that long for its ACK.
 from __future__ import annotations
 
 import argparse
+import os
 import pathlib
 import shutil
 import statistics
@@ -41,6 +42,7 @@ def main() -> None:
     for count in args.events:
         copy = pathlib.Path(tempfile.mkdtemp(prefix="bench-prune-")) / "state"
         shutil.copytree(args.state, copy)
+        os.sync()  # on disk, as a table's journal is (bench/latency.py says why)
         journal = Journal(copy)
         first, _ = journal.event_range()
         row = journal._conn().execute("SELECT created FROM events WHERE seq = ?",

@@ -1,0 +1,98 @@
+"""Cards dealt while the daemon prunes a day's backlog: their card-to-ACK (docs/performance.md).
+
+    .venv/bin/python bench/grow_journal.py --events 300000 --days 31 --state /tmp/old
+    .venv/bin/python bench/prune_cards.py --journal /tmp/old --cards 1500 [--rounds 2]
+
+shoed starts on a copy of a journal whose events span the last 31 days by both clocks
+(grow_journal.py --days), so its first housekeeping tick, 10 s after the start, prunes
+the oldest day (~10 000 events, in batches) while cards are dealt every 20 ms (as
+bench/latency.py deals them). The daemon's `journal_pruned` log line says when the prune
+ran and how long it took; the cards sent in that window are compared with the others.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import pathlib
+import sys
+import tempfile
+import time
+from typing import Any
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+
+import latency
+
+SHOES: list[Any] = []
+RUNS: list[str] = []
+_MKDTEMP = tempfile.mkdtemp
+
+
+class _RecordedShoe(latency.TimedShoe):  # type: ignore[misc, name-defined]
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        SHOES.append(self)
+
+
+def _mkdtemp(*args: Any, **kwargs: Any) -> str:
+    path = _MKDTEMP(*args, **kwargs)
+    RUNS.append(path)
+    return path
+
+
+def stats(values: list[float]) -> dict[str, Any]:
+    if not values:
+        return {"n": 0}
+    ordered = sorted(values)
+    return {"n": len(ordered), "p50": round(ordered[len(ordered) // 2], 3),
+            "p99": round(ordered[int(0.99 * len(ordered))], 3), "max": round(ordered[-1], 3)}
+
+
+async def one_round(cards: int) -> dict[str, Any]:
+    broker = latency.PrivateMosquitto()
+    broker.start()
+    try:
+        await latency.run_target("shoed", cards, 0.02, broker)
+    finally:
+        broker.stop()
+    offset = time.time() - time.perf_counter()  # the shoe's send times are perf_counter's
+    shoe = SHOES[-1]
+    prunes = []
+    for line in (pathlib.Path(RUNS[-1]) / "shoed.log").read_text().splitlines():
+        if '"journal_pruned"' in line:
+            entry = json.loads(line)
+            end = dt.datetime.fromisoformat(entry["timestamp"].replace("Z", "+00:00"))
+            prunes.append((end.timestamp() - entry["seconds"], end.timestamp(), entry))
+    during: list[float] = []
+    other: list[float] = []
+    for seq in shoe.card_seqs:
+        if seq in shoe.sent and seq in shoe.acked:
+            sent = shoe.sent[seq] + offset
+            ms = (shoe.acked[seq] - shoe.sent[seq]) * 1000
+            in_prune = any(start <= sent <= end for start, end, _ in prunes)
+            (during if in_prune else other).append(ms)
+    return {"prunes": [{k: e[k] for k in ("events", "seconds", "longest_batch_s")}
+                       for _, _, e in prunes],
+            "card_to_ack_ms_during_prune": stats(during),
+            "card_to_ack_ms_otherwise": stats(other)}
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--journal", type=pathlib.Path, required=True,
+                        help="a state directory grown by grow_journal.py --days 31")
+    parser.add_argument("--cards", type=int, default=1500)
+    parser.add_argument("--rounds", type=int, default=1)
+    args = parser.parse_args()
+    latency.JOURNAL, latency.TABLE = args.journal.resolve(), "BENCH"
+    latency.TimedShoe = _RecordedShoe
+    latency.tempfile.mkdtemp = _mkdtemp  # type: ignore[assignment]
+    results = [await one_round(args.cards) for _ in range(args.rounds)]
+    print(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
