@@ -7,7 +7,8 @@ that only tests install, chosen by environment variables (never in the product):
   loop raises RuntimeError("injected fault") N times, then works;
 * SHOED_TEST_BACKOFF=first,longest: the supervisor's restart back-off, in seconds;
 * SHOED_TEST_NO_REPLAY_CONNECTION=1: a replay's own connection cannot be made (it goes
-  to a port where nothing listens).
+  to a port where nothing listens);
+* SHOED_TEST_REPLAY_RATE=N: a replay's pace, N events a second (inbox.REPLAY_EVENTS_PER_S).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
 from shoed import cli, supervisor
 from shoed.device.session import DeviceSession
+from shoed.mqtt import inbox
 from shoed.mqtt.service import MqttService
 from shoed.store import recorder
 
@@ -66,6 +68,8 @@ def install() -> None:
     if backoff := os.environ.get("SHOED_TEST_BACKOFF"):
         first, longest = (float(x) for x in backoff.split(","))
         supervisor.BACKOFF_S = (first, longest)
+    if rate := os.environ.get("SHOED_TEST_REPLAY_RATE"):
+        inbox.REPLAY_EVENTS_PER_S = int(rate)
     if os.environ.get("SHOED_TEST_NO_REPLAY_CONNECTION"):
         def nowhere(self: MqttService) -> aiomqtt.Client:
             return aiomqtt.Client("127.0.0.1", _closed_port(), timeout=2.0)

@@ -92,3 +92,15 @@ def test_without_its_own_connection_a_replay_goes_out_on_the_daemons(
     assert failed and failed[0]["level"] == "warning", failed  # type: ignore[index]
     sent = out["sent"]
     assert len(sent) == 1 and sent[0]["connection"] == "shared", sent  # type: ignore[arg-type,index]
+
+
+@pytest.mark.parametrize("env", [{}, {"SHOED_TEST_NO_REPLAY_CONNECTION": "1"}],
+                         ids=["own", "shared"])
+def test_a_replay_keeps_to_its_pace(tmp_path: pathlib.Path, broker: PrivateMosquitto,
+                                    env: dict[str, str]) -> None:
+    """At most REPLAY_EVENTS_PER_S (here 100 a second): the page takes at least its
+    count over the rate, on either connection, and is still complete and in order."""
+    out = replay_round(tmp_path, broker, SHOED_TEST_REPLAY_RATE="100", **env)
+    check_replay(out)
+    sent = out["sent"][0]  # type: ignore[index]
+    assert sent["events"] >= 40 and sent["took_s"] >= (sent["events"] - 8) / 100, sent

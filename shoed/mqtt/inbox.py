@@ -39,6 +39,11 @@ from shoed.mqtt.window import PublishWindow
 REPLAY_IN_FLIGHT = 32  # replayed events awaiting PUBACK at once, on the replay connection
 REPLAY_WINDOW = 4  # the same on the daemon's own connection (no replay connection)
 REPLAY_YIELD_EVERY = 8  # replayed events handed over between two turns of the loop
+# At most this many replayed events a second: unpaced, a replay ran at ~32 000 events/s
+# on the table PC and took the CPU (the daemon's and the broker's) from the cards dealt
+# meanwhile (their card-to-event p99 2-6x); paced, a card keeps its time
+# (docs/performance.md, "A big replay").
+REPLAY_EVENTS_PER_S = 15_000
 REPLAYS_AT_ONCE = 2  # replays re-sent at the same time; more wait their turn
 #: Awaited before each command is handled (empty in the product; the tests put a delay
 #: here to make a command wait inside the daemon, as a busy daemon would).
@@ -214,10 +219,13 @@ class Inbox:
     async def _stream(self, via: aiomqtt.Client, page: ReplayPage, in_flight: int) -> int:
         """The page's events in seq order, `in_flight` awaiting their PUBACK, each only
         once the live publisher is idle, a loop turn every REPLAY_YIELD_EVERY events (a
-        card's frame that came in meanwhile is handled then); returns how many once all
+        card's frame that came in meanwhile is handled then), at most
+        REPLAY_EVENTS_PER_S; returns how many once all
         have their PUBACK (raises when the connection is lost or a PUBACK is late)."""
         window = PublishWindow(via, in_flight, self.publish_timeout)
         topic, props, live_idle = f"{self.root}/replay", self._props, self._live_idle
+        loop = asyncio.get_running_loop()
+        started = loop.time()
         sent = 0
         try:
             for chunk in self.desk.replay_chunks(page):
@@ -227,7 +235,10 @@ class Inbox:
                     await window.send(topic, body, props)
                     sent += 1
                     if sent % REPLAY_YIELD_EVERY == 0:
-                        await asyncio.sleep(0)
+                        # ahead of REPLAY_EVENTS_PER_S: wait (whole milliseconds, as the
+                        # loop sleeps); else just a turn
+                        ahead = started + sent / REPLAY_EVENTS_PER_S - loop.time()
+                        await asyncio.sleep(ahead if ahead >= 0.001 else 0)
             await window.drain()
         finally:
             window.close()
