@@ -78,7 +78,23 @@ def test_dedup_rides_on_the_frames_last_input_and_is_kept_in_meta_only_when_it_m
     assert journal._conn().execute("SELECT MIN(id) FROM inputs").fetchone()[0] == 5
     assert journal.dedup() == "[8, 1]"
     journal.close()
-    assert Journal(tmp_path / "state").dedup() == "[8, 1]"
+    journal = Journal(tmp_path / "state")
+    assert journal.dedup() == "[8, 1]"
+    # A heartbeat's state (meta) newer than the last row with one, that row then pruned:
+    # the heartbeat's stays the newest, across a restart.
+    with journal.transaction():
+        journal.add_input(9.0, "{}", dedup="[8, 2]")
+        journal.set_dedup("[8, 3]")
+        for i in range(10, 13):
+            journal.add_input(float(i), "{}")
+        journal.save_snapshot(12, "{}")
+        journal.add_input(13.0, "{}")
+        journal.save_snapshot(13, "{}")  # prunes the inputs up to 12, [8, 2]'s among them
+    assert journal._conn().execute("SELECT COUNT(*) FROM inputs WHERE dedup IS NOT NULL"
+                                   ).fetchone()[0] == 0
+    assert journal.dedup() == "[8, 3]"
+    journal.close()
+    assert Journal(tmp_path / "state").dedup() == "[8, 3]"
 
 
 def test_schema_3_journal_is_migrated_with_its_dedup_and_a_partial_outbox_index(

@@ -166,6 +166,7 @@ class SerialTransport(_ThreadedTransport):
         except Exception:
             fd = None
         if not isinstance(fd, int) or self._loop is None:
+            self._direct = False
             super()._start_reading()
             return
         self._fd = fd

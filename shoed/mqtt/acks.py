@@ -30,6 +30,8 @@ try:
 except ImportError:  # a paho without it (2.1): its own decoding stays
     _packet = None  # type: ignore[assignment]
 
+# Shared by every plain PUBACK: read, never changed, by whoever gets them (aiomqtt's
+# on_publish, the windows': neither looks at them).
 SUCCESS = ReasonCode(PacketTypes.PUBACK)
 NO_PROPERTIES = Properties(PacketTypes.PUBACK)  # type: ignore[no-untyped-call]
 

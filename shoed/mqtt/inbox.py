@@ -44,6 +44,7 @@ REPLAY_YIELD_EVERY = 8  # replayed events handed over between two turns of the l
 # meanwhile (their card-to-event p99 2-6x); paced, a card keeps its time
 # (docs/performance.md, "A big replay").
 REPLAY_EVENTS_PER_S = 15_000
+REPLAY_BURST_S = 0.05  # time spent waiting (for live events, PUBACKs) is not saved up past this
 REPLAYS_AT_ONCE = 2  # replays re-sent at the same time; more wait their turn
 #: Awaited before each command is handled (empty in the product; the tests put a delay
 #: here to make a command wait inside the daemon, as a busy daemon would).
@@ -236,8 +237,12 @@ class Inbox:
                     sent += 1
                     if sent % REPLAY_YIELD_EVERY == 0:
                         # ahead of REPLAY_EVENTS_PER_S: wait (whole milliseconds, as the
-                        # loop sleeps); else just a turn
-                        ahead = started + sent / REPLAY_EVENTS_PER_S - loop.time()
+                        # loop sleeps); else just a turn. Behind it (the replay waited
+                        # for live events), at most REPLAY_BURST_S is made up at once.
+                        now = loop.time()
+                        due = sent / REPLAY_EVENTS_PER_S
+                        started = max(started, now - due - REPLAY_BURST_S)
+                        ahead = started + due - now
                         await asyncio.sleep(ahead if ahead >= 0.001 else 0)
             await window.drain()
         finally:

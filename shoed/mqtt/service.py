@@ -151,8 +151,9 @@ class MqttService:
         return aiomqtt.Client(**args)
 
     async def live_idle(self) -> None:
-        """Returns once the live publisher has nothing to send and nothing in flight
-        (a replay gives way to it before each replayed event)."""
+        """Returns once the live publisher has nothing to send and no event in flight
+        (a retained snapshot may still await its PUBACK; a replay gives way to it
+        before each replayed event)."""
         while not self._live_quiet.is_set() or self.outbox.fresh:
             self._live_quiet.clear()
             await self._live_quiet.wait()
@@ -376,7 +377,11 @@ class MqttService:
                 self._alive()
                 if not outbox.fresh:
                     self._live_quiet.set()
-                await self._outbox_wake.wait(IDLE_WAKE_S)
+                if not await self._outbox_wake.wait(IDLE_WAKE_S):
+                    # idle: a retained snapshot still awaiting its PUBACK gets it now, or
+                    # the connection is counted as broken (publish_timeout_s), as when
+                    # it was awaited at once
+                    await live.drain()
                 self._live_quiet.clear()
                 continue
             last: int | None = None

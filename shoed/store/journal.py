@@ -646,8 +646,9 @@ class Journal:
               answers_s: float = REQUEST_MEMORY_S, limit: int | None = None) -> int:
         """Drop published events past retention, and command answers past retention or
         `answers_s` (`[commands] request_id_memory_h`, at least 24 h), whichever is longer;
-        the newest event always stays. `limit`: at most that many events, the oldest
-        (the daemon prunes in such batches, so that no card waits for a long delete).
+        the newest event always stays. `limit`: at most that many events, the oldest,
+        and as many answers (the daemon prunes in such batches, so that no card waits
+        for a long delete).
 
         Old means old by both clocks: the wall clock (`now`, by default the journal's)
         and the uptime accumulated across runs. A step of the wall clock either way
@@ -674,8 +675,9 @@ class Journal:
                 (first, end, wall - keep, up - keep)).fetchone()[0]
             bound = min(end if stays is None else int(stays), last)  # the newest stays
             cursor = self._run("DELETE FROM events WHERE seq < ?", (bound,))
-            self._run("DELETE FROM responses WHERE created < ? AND created_up < ?",
-                      (wall - answers, up - answers))
+            self._run("DELETE FROM responses WHERE (sender, request_id) IN (SELECT sender, "
+                      "request_id FROM responses WHERE created < ? AND created_up < ? "
+                      "LIMIT ?)", (wall - answers, up - answers, -1 if limit is None else limit))
         return int(cursor.rowcount)
 
     # -- command answers ----------------------------------------------------------------

@@ -308,6 +308,8 @@ class Recorder:
         self._last_prune = started = time.monotonic()
         dropped, longest = 0, 0.0
         for _ in range(PRUNE_BATCHES):
+            if not self.status.storage_ok:
+                break  # failed meanwhile (the pause): the storage retry comes first
             batch_started = time.monotonic()
             try:
                 batch = self.journal.prune(retention_days, answers_s=answers_s,
@@ -323,7 +325,7 @@ class Recorder:
             dropped += batch
             longest = max(longest, time.monotonic() - batch_started)
             self._pruning = batch == PRUNE_BATCH
-            if not self._pruning or not self.status.storage_ok:
+            if not self._pruning:
                 break
             await asyncio.sleep(PRUNE_PAUSE_S)
         self.log.info("journal_pruned", events=dropped, more=self._pruning,
