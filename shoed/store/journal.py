@@ -547,10 +547,15 @@ class Journal:
         id (an input row after it is newer)."""
         self.set_meta("dedup", json.dumps([self.last_input_id(), dedup]))
 
-    def dedup(self) -> str | None:
-        """The newest dedup state recorded: an input row's, or meta's when that is newer."""
+    def _newest_dedup_row(self) -> tuple[int, str] | None:
+        """The newest input row carrying a dedup state: (id, state)."""
         row = self._run("SELECT id, dedup FROM inputs WHERE dedup IS NOT NULL "
                         "ORDER BY id DESC LIMIT 1").fetchone()
+        return None if row is None else (int(row[0]), str(row[1]))
+
+    def dedup(self) -> str | None:
+        """The newest dedup state recorded: an input row's, or meta's when that is newer."""
+        row = self._newest_dedup_row()
         kept = self.meta("dedup")
         if kept is not None:
             value = json.loads(kept)
@@ -558,9 +563,9 @@ class Journal:
             # any input row's; since 4: [input id it follows, state].
             after, state = (value[0], value[1]) if len(value) == 2 and isinstance(
                 value[1], str) else (-1, kept)
-            if row is None or int(after) >= int(row[0]):
+            if row is None or int(after) >= row[0]:
                 return str(state)
-        return None if row is None else str(row[1])
+        return None if row is None else row[1]
 
     def save_snapshot(self, input_id: int, state: str) -> None:
         self._run("INSERT OR REPLACE INTO snapshots(input_id, state) VALUES(?, ?)",
@@ -569,12 +574,11 @@ class Journal:
         row = self._run("SELECT input_id FROM snapshots WHERE input_id < ? "
                         "ORDER BY input_id DESC LIMIT 1", (input_id,)).fetchone()
         if row is not None:
-            newest = self._run("SELECT id, dedup FROM inputs WHERE dedup IS NOT NULL "
-                               "ORDER BY id DESC LIMIT 1").fetchone()
+            newest = self._newest_dedup_row()
             if newest is not None and newest[0] <= row[0]:  # it goes: keep it in meta
                 kept = self.dedup()
                 if kept is not None:
-                    self.set_meta("dedup", json.dumps([int(newest[0]), kept]))
+                    self.set_meta("dedup", json.dumps([newest[0], kept]))
             self._run("DELETE FROM snapshots WHERE input_id < ?", (row[0],))
             self._run("DELETE FROM inputs WHERE id <= ?", (row[0],))
 
