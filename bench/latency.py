@@ -209,9 +209,15 @@ async def run_target(target: str, cards: int, pace: float, broker: PrivateMosqui
     for i, seq in enumerate(shoe.card_seqs):
         if seq in shoe.sent and i in received:
             to_event.append(received[i] - shoe.sent[seq])
+    wall = time.time() - time.perf_counter()  # the shoe's times are perf_counter's
     return {"target": target, "cards_sent": sent_cards, "elapsed_s": round(elapsed, 2),
             "cards_per_s": round(sent_cards / elapsed, 1),
             "to_ack": to_ack, "to_event": to_event,
+            # each card's (wall time sent, seconds to its ACK), and the host's log: for
+            # benches that line cards up with what the daemon logged (prune_cards.py)
+            "sent_to_ack": [(shoe.sent[s] + wall, shoe.acked[s] - shoe.sent[s])
+                            for s in shoe.card_seqs if s in shoe.sent and s in shoe.acked],
+            "log": str(tmp / "shoed.log") if is_shoed else None,
             "rss_kb_after": rss, "ready_s": round(ready_s, 3) if ready_s else None,
             "cpu_s": cpu_used}
 

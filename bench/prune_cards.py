@@ -18,29 +18,11 @@ import datetime as dt
 import json
 import pathlib
 import sys
-import tempfile
-import time
 from typing import Any
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 import latency
-
-SHOES: list[Any] = []
-RUNS: list[str] = []
-_MKDTEMP = tempfile.mkdtemp
-
-
-class _RecordedShoe(latency.TimedShoe):  # type: ignore[misc, name-defined]
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        SHOES.append(self)
-
-
-def _mkdtemp(*args: Any, **kwargs: Any) -> str:
-    path = _MKDTEMP(*args, **kwargs)
-    RUNS.append(path)
-    return path
 
 
 def stats(values: list[float]) -> dict[str, Any]:
@@ -55,25 +37,20 @@ async def one_round(cards: int) -> dict[str, Any]:
     broker = latency.PrivateMosquitto()
     broker.start()
     try:
-        await latency.run_target("shoed", cards, 0.02, broker)
+        run = await latency.run_target("shoed", cards, 0.02, broker)
     finally:
         broker.stop()
-    offset = time.time() - time.perf_counter()  # the shoe's send times are perf_counter's
-    shoe = SHOES[-1]
     prunes = []
-    for line in (pathlib.Path(RUNS[-1]) / "shoed.log").read_text().splitlines():
+    for line in pathlib.Path(run["log"]).read_text().splitlines():
         if '"journal_pruned"' in line:
             entry = json.loads(line)
             end = dt.datetime.fromisoformat(entry["timestamp"].replace("Z", "+00:00"))
             prunes.append((end.timestamp() - entry["seconds"], end.timestamp(), entry))
     during: list[float] = []
     other: list[float] = []
-    for seq in shoe.card_seqs:
-        if seq in shoe.sent and seq in shoe.acked:
-            sent = shoe.sent[seq] + offset
-            ms = (shoe.acked[seq] - shoe.sent[seq]) * 1000
-            in_prune = any(start <= sent <= end for start, end, _ in prunes)
-            (during if in_prune else other).append(ms)
+    for sent, to_ack in run["sent_to_ack"]:
+        in_prune = any(start <= sent <= end for start, end, _ in prunes)
+        (during if in_prune else other).append(to_ack * 1000)
     return {"prunes": [{k: e[k] for k in ("events", "seconds", "longest_batch_s")}
                        for _, _, e in prunes],
             "card_to_ack_ms_during_prune": stats(during),
@@ -88,8 +65,6 @@ async def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     args = parser.parse_args()
     latency.JOURNAL, latency.TABLE = args.journal.resolve(), "BENCH"
-    latency.TimedShoe = _RecordedShoe
-    latency.tempfile.mkdtemp = _mkdtemp  # type: ignore[assignment]
     results = [await one_round(args.cards) for _ in range(args.rounds)]
     print(json.dumps(results, indent=1))
 
