@@ -13,8 +13,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
+
+RECANCEL_S = 0.2  # a cancelled task still running after this is cancelled again
 
 
 class Wakeup:
@@ -74,6 +76,61 @@ async def wait_event(event: asyncio.Event, timeout: float) -> bool:
     except TimeoutError:
         return False
     return True
+
+
+async def cancel_and_wait(
+        tasks: Iterable[asyncio.Future[Any]], timeout: float | None = None,
+        on_stuck: Callable[[set[asyncio.Future[Any]]], None] | None = None,
+) -> set[asyncio.Future[Any]]:
+    """Cancel `tasks` and wait until they have ended (at most `timeout` seconds, when
+    given); returns those still running.
+
+    A task still running RECANCEL_S after its cancel is cancelled again (`on_stuck` is
+    told which first): on Python 3.11 ``asyncio.wait_for`` swallows a cancellation that
+    arrives as the awaited future completes, and libraries use it (aiomqtt's publish
+    waits for its PUBACK with it). The task then goes back to waiting, on its message
+    queue say, and a single cancel followed by an unbounded wait never returns.
+    """
+    pending = {task for task in tasks if not task.done()}
+    for task in pending:
+        task.cancel()
+    loop = asyncio.get_running_loop()
+    deadline = None if timeout is None else loop.time() + timeout
+    while pending:
+        step = RECANCEL_S if deadline is None else min(RECANCEL_S, deadline - loop.time())
+        if step <= 0:
+            break
+        _, pending = await asyncio.wait(pending, timeout=step)
+        if pending and (deadline is None or loop.time() < deadline):
+            if on_stuck is not None:
+                on_stuck(pending)
+            for task in pending:
+                task.cancel()
+    return pending
+
+
+def task_names(tasks: Iterable[asyncio.Future[Any]]) -> list[str]:
+    """The tasks' names, sorted (for a log line)."""
+    return sorted(t.get_name() if isinstance(t, asyncio.Task) else repr(t) for t in tasks)
+
+
+async def wait_set(event: asyncio.Event, timeout: float | None) -> bool:
+    """Wait for `event` at most `timeout` seconds (None: no limit); True if it is set.
+
+    For code that runs in other people's tasks (the client library): no
+    ``asyncio.wait_for``, which on 3.11 can swallow the caller's cancellation, and no
+    ``asyncio.timeout``, which on 3.11.2 misbehaves in a task with a cancel count left
+    above zero. ``asyncio.wait`` neither cancels nor absorbs anything.
+    """
+    if event.is_set():
+        return True
+    waiter = asyncio.ensure_future(event.wait())
+    try:
+        await asyncio.wait((waiter,), timeout=timeout)
+    finally:
+        if not waiter.done():
+            waiter.cancel()
+    return event.is_set()
 
 
 def clear_stray_cancel() -> int:

@@ -18,7 +18,7 @@ import math
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from shoed.aio import clear_stray_cancel
+from shoed.aio import cancel_and_wait, clear_stray_cancel, task_names
 from shoed.errors import SupervisionFailed
 from shoed.status import TableStatus
 
@@ -115,7 +115,10 @@ class Supervisor:
     async def stop(self, timeout: float) -> None:
         """Cancel every task; wait at most `timeout` for them to end."""
         self.stopping = True
-        for task in self.tasks.values():
-            task.cancel()
-        if self.tasks:
-            await asyncio.wait(self.tasks.values(), timeout=timeout)
+        stuck = await cancel_and_wait(self.tasks.values(), timeout=timeout,
+                                      on_stuck=self._stuck)
+        if stuck:
+            self.log.warning("tasks_not_stopped", tasks=task_names(stuck), timeout_s=timeout)
+
+    def _stuck(self, tasks: set[asyncio.Future[Any]]) -> None:
+        self.log.warning("cancel_repeated", tasks=task_names(tasks))

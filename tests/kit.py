@@ -21,6 +21,7 @@ from typing import Any
 import aiomqtt
 from rig import wait_for
 
+from shoed.aio import cancel_and_wait
 from shoed.config import write_config
 from shoed.sim.broker import BrokerError, answers, free_port
 
@@ -190,6 +191,17 @@ class PrivateNats:
             self.proc.kill()
             self.proc.wait()
         self.proc = None
+
+
+async def stop_tasks(*tasks: asyncio.Future[Any], timeout: float = 15.0) -> None:
+    """Cancel the test's own tasks and wait until they have ended: cancelled again while
+    they run on (a cancel of aiomqtt's publish can be swallowed on 3.11, and a single
+    cancel then a gather never returned), a clear failure if one will not stop."""
+    stuck = await cancel_and_wait(tasks, timeout=timeout)
+    assert not stuck, f"tasks would not stop within {timeout} s: {stuck}"
+    for task in tasks:
+        if not task.cancelled():
+            task.exception()  # retrieved: a test's helper may end with an error
 
 
 def asynctest(fn: Any) -> Any:

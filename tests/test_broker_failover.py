@@ -13,7 +13,7 @@ from typing import Any
 
 import aiomqtt
 import pytest
-from kit import TableProcess, asynctest, journal_events, wait_shoe_ended
+from kit import TableProcess, asynctest, journal_events, stop_tasks, wait_shoe_ended
 from rig import Collector, rig, wait_for
 from test_client_e2e import assert_exactly_once, consume
 from test_daemon_e2e import check_shoe
@@ -79,8 +79,7 @@ def test_first_broker_killed_mid_shoe_daemon_continues_on_the_second(
                 check_shoe(events, r.shoe.dealt)
                 assert len({e["event_id"] for e in events}) == len(events)
             finally:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
+                await stop_tasks(task)
     asyncio.run(main())
 
 
@@ -110,8 +109,7 @@ def test_first_broker_down_at_start_then_back_after_the_second_drops(
                 seen = len(on_first.of("card"))
                 await wait_for(lambda: len(on_first.of("card")) > seen, 30,
                                "cards on the first")
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
+                await stop_tasks(task)
             finally:
                 first.remove()
     asyncio.run(main())
@@ -141,8 +139,7 @@ async def test_the_client_fails_over_with_the_daemon_process(
         await wait_for(lambda: len(got) >= len(journal), 10, "the last events")
         assert_exactly_once(got, journal)
     finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        await stop_tasks(task)
         table.stop()
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import aiomqtt
 import pytest
-from kit import asynctest
+from kit import asynctest, stop_tasks
 from rig import wait_for
 
 from shoed.client import TableFeed
@@ -45,6 +45,16 @@ class ScriptedDaemon:
             self.ready.set()
             async for message in client.messages:
                 await self._answer(json.loads(message.payload))  # type: ignore[arg-type]
+
+    async def started(self, runner: asyncio.Task[None]) -> None:
+        """Return once subscribed; its error if the connection failed (never a hang)."""
+        waiting = asyncio.ensure_future(self.ready.wait())
+        await asyncio.wait((waiting, runner), timeout=10,
+                           return_when=asyncio.FIRST_COMPLETED)
+        waiting.cancel()
+        if runner.done():
+            runner.result()
+        assert self.ready.is_set(), "the scripted daemon did not subscribe within 10 s"
 
     async def _answer(self, cmd: dict[str, Any]) -> None:
         assert self.client is not None and cmd["command"] == "replay"
@@ -91,7 +101,7 @@ async def _collect(feed: TableFeed, got: list[dict[str, Any]]) -> None:
 async def test_late_events_wait_real_gaps_replay_exactly_what_is_missing(broker: Any) -> None:
     daemon = ScriptedDaemon(broker.port)
     runner = asyncio.create_task(daemon.run())
-    await daemon.ready.wait()
+    await daemon.started(runner)
     got: list[dict[str, Any]] = []
     feed = TableFeed(broker.url, "T8", from_seq=1, grace_s=0.8)
     consumer = asyncio.create_task(_collect(feed, got))
@@ -126,16 +136,14 @@ async def test_late_events_wait_real_gaps_replay_exactly_what_is_missing(broker:
         assert [e["seq"] for e in got] == list(range(1, 10))
         assert feed.stats["duplicates"] >= 1
     finally:
-        consumer.cancel()
-        runner.cancel()
-        await asyncio.gather(consumer, runner, return_exceptions=True)
+        await stop_tasks(consumer, runner)
 
 
 @asynctest
 async def test_new_instance_restarts_at_seq_1_and_replay_pages(broker: Any) -> None:
     daemon = ScriptedDaemon(broker.port, page=3)
     runner = asyncio.create_task(daemon.run())
-    await daemon.ready.wait()
+    await daemon.started(runner)
     for seq in range(1, 9):
         await daemon.emit(seq, publish=False)  # dealt before the consumer started
     got: list[dict[str, Any]] = []
@@ -157,6 +165,4 @@ async def test_new_instance_restarts_at_seq_1_and_replay_pages(broker: Any) -> N
         await asyncio.sleep(0.5)
         assert len(got) == 11 and feed.instance == "bbbb0002"
     finally:
-        consumer.cancel()
-        runner.cancel()
-        await asyncio.gather(consumer, runner, return_exceptions=True)
+        await stop_tasks(consumer, runner)

@@ -25,6 +25,7 @@ from console_support import (
     console_settings,
     need_browser,
 )
+from kit import stop_tasks
 from rig import rig, wait_for
 from test_console_acl import acl_broker  # noqa: F401 - the fixture, used below
 
@@ -544,8 +545,7 @@ def test_roles_per_user_ack_alarm_and_pit_from_spec_messages(
                 await pit.wait_for_selector("[data-testid=hand]", timeout=10_000)
                 assert "table=T7" in pit.url
         finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            await stop_tasks(task)
     asyncio.run(main())
 
 
@@ -632,6 +632,5 @@ def test_the_page_through_the_shipped_acl_login_refused_then_per_user_commands(
                     assert await page.locator("[data-testid=hold-action]"
                                               "[data-command=manual_card]").is_enabled()
             finally:
-                answering.cancel()
-                await asyncio.gather(answering, return_exceptions=True)
+                await stop_tasks(answering)
     asyncio.run(main())

@@ -35,6 +35,7 @@ from typing import Any
 import aiomqtt
 import structlog
 
+from shoed.aio import cancel_and_wait, wait_set
 from shoed.mqtt.brokers import BrokerList, split_urls
 
 from .cursor import Cursor, CursorStore, MemoryCursorStore
@@ -121,9 +122,10 @@ class TableConnection:
     async def close(self) -> None:
         self._closing = True
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+            # Cancelled again until it ends: on 3.11 aiomqtt's publish can swallow a cancel.
+            await cancel_and_wait((self._task,))
+            if not self._task.cancelled():
+                self._task.exception()  # retrieved: it ended, whatever it raised
             self._task = None
 
     def topics(self) -> list[str]:
@@ -139,7 +141,9 @@ class TableConnection:
         return self.brokers.current.port
 
     async def wait_connected(self, timeout: float | None = None) -> None:
-        await asyncio.wait_for(self._connected.wait(), timeout)
+        """Return once connected; TimeoutError after `timeout` seconds."""
+        if not await wait_set(self._connected, timeout):
+            raise TimeoutError(f"not connected to {self.host}:{self.port} within {timeout} s")
 
     async def _run(self) -> None:
         delay = 0.2
@@ -230,14 +234,16 @@ class TableConnection:
         try:
             for _ in range(attempts):
                 deadline = time.monotonic() + timeout
-                with contextlib.suppress(TimeoutError, aiomqtt.MqttError):
-                    await asyncio.wait_for(self._connected.wait(), timeout)
-                    client = self._client
+                with contextlib.suppress(aiomqtt.MqttError):
+                    client = self._client if await wait_set(self._connected, timeout) \
+                        else None
                     if client is not None:
                         await client.publish(self.cmd_topic, body, qos=1)
-                with contextlib.suppress(TimeoutError):
-                    return await asyncio.wait_for(
-                        asyncio.shield(future), max(0.01, deadline - time.monotonic()))
+                # asyncio.wait, not wait_for: the future is kept, and a cancel is never
+                # swallowed as the answer arrives (3.11).
+                await asyncio.wait((future,), timeout=max(0.01, deadline - time.monotonic()))
+                if future.done():
+                    return future.result()
             raise CommandTimeout(request_id, name, attempts, time.monotonic() - started)
         finally:
             self._pending.pop(request_id, None)
@@ -294,7 +300,7 @@ class TableFeed(TableConnection):
 
     async def close(self) -> None:
         if self._gap_task is not None:
-            self._gap_task.cancel()
+            await cancel_and_wait((self._gap_task,))
         await super().close()
 
     async def on_connect(self) -> None:
@@ -462,8 +468,7 @@ class TableFeed(TableConnection):
                     error = task.exception()
                     if error is not None:
                         raise error
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), 1.0)
+                await wait_set(self._wake, 1.0)
             batch, self._ready = self._ready[:max_items], self._ready[max_items:]
             last = batch[-1]
             self._uncommitted = Cursor(instance_of(last), int(last["seq"]))

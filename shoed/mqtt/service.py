@@ -32,7 +32,7 @@ from paho.mqtt.properties import Properties
 from paho.mqtt.subscribeoptions import SubscribeOptions
 from pydantic_core import to_json
 
-from shoed.aio import Wakeup, clear_stray_cancel
+from shoed.aio import Wakeup, cancel_and_wait, clear_stray_cancel, task_names
 from shoed.config import Settings
 from shoed.desk import CommandDesk
 from shoed.errors import BrokerError, NotABroker
@@ -317,12 +317,14 @@ class MqttService:
                     raise ended[0]
         finally:
             pending |= self.inbox.take_replays()
+            # Cancelled again while they run on: a publish's cancel can be swallowed on
+            # 3.11 (shoed.aio.cancel_and_wait), and this connection must still end.
+            await cancel_and_wait(pending, on_stuck=self._cancel_repeated)
             for task in pending:
-                task.cancel()
-            if pending:
-                await asyncio.wait(pending)
-                for task in pending:
-                    _outcome(task)  # retrieved: nothing is left for asyncio to report
+                _outcome(task)  # retrieved: nothing is left for asyncio to report
+
+    def _cancel_repeated(self, tasks: set[asyncio.Future[Any]]) -> None:
+        self.log.warning("mqtt_cancel_repeated", url=self.url, tasks=task_names(tasks))
 
     def _watch_connack(self, client: aiomqtt.Client) -> None:
         """Keep the CONNACK's session-present flag and properties, and the reason of a

@@ -1,0 +1,128 @@
+"""shoed.aio's helpers against the cancellation Python 3.11 loses: ``asyncio.wait_for``
+returns the result instead of raising when the cancel arrives as the awaited future
+completes (aiomqtt's publish waits for its PUBACK that way). A task that lost its cancel
+goes back to waiting; one cancel and an unbounded wait then never returns (CI saw it in
+tests/test_client_gaps.py on Debian's 3.11.2)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+from typing import Any
+
+import pytest
+from kit import asynctest
+
+from shoed.aio import RECANCEL_S, cancel_and_wait, task_names, wait_set
+from shoed.client import TableConnection
+
+
+async def _swallows_once(queue: asyncio.Queue[int]) -> None:
+    """What a task does after 3.11's wait_for lost its cancel: carries on waiting."""
+    with contextlib.suppress(asyncio.CancelledError):
+        await asyncio.sleep(3600)
+    await queue.get()
+
+
+async def _publisher_like(futures: list[asyncio.Future[None]], queue: asyncio.Queue[int]
+                          ) -> None:
+    """aiomqtt's publish (wait_for on the PUBACK's future), then its message queue."""
+    loop = asyncio.get_running_loop()
+    while True:
+        future = loop.create_future()
+        futures.append(future)
+        await asyncio.wait_for(future, 10)
+        await queue.get()
+
+
+@asynctest
+async def test_a_swallowed_cancel_is_repeated_until_the_task_ends() -> None:
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    task = asyncio.create_task(_swallows_once(queue), name="stubborn")
+    await asyncio.sleep(0)
+    # The old way: one cancel, then a wait. The task is still there a second later.
+    task.cancel()
+    await asyncio.wait((task,), timeout=1.0)
+    assert not task.done()
+    told: list[list[str]] = []
+    task2 = asyncio.create_task(_swallows_once(queue), name="stubborn-2")
+    await asyncio.sleep(0)
+    started = asyncio.get_running_loop().time()
+    stuck = await cancel_and_wait((task, task2), on_stuck=lambda t: told.append(task_names(t)))
+    assert stuck == set() and task.cancelled() and task2.cancelled()
+    assert told == [["stubborn-2"]]  # the first had its own cancel still pending
+    assert asyncio.get_running_loop().time() - started < RECANCEL_S * 3
+
+
+@asynctest
+async def test_wait_for_losing_the_cancel_as_the_puback_arrives_still_ends() -> None:
+    futures: list[asyncio.Future[None]] = []
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    task = asyncio.create_task(_publisher_like(futures, queue))
+    await asyncio.sleep(0)
+    futures[-1].set_result(None)  # the PUBACK arrives ...
+    task.cancel()  # ... in the same turn as the cancel
+    await asyncio.wait((task,), timeout=0.5)
+    if sys.version_info < (3, 12):
+        assert not task.done(), "3.11's wait_for swallowed the cancel (the bug this is for)"
+    stuck = await cancel_and_wait((task,), timeout=5)
+    assert not stuck and task.cancelled()
+
+
+@asynctest
+async def test_a_task_that_never_stops_is_returned_after_the_timeout() -> None:
+    release = asyncio.Event()
+    cancels = 0
+
+    async def refuses() -> None:
+        nonlocal cancels
+        while not release.is_set():
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                cancels += 1
+
+    task = asyncio.create_task(refuses())
+    await asyncio.sleep(0)
+    stuck = await cancel_and_wait((task,), timeout=0.5)
+    assert stuck == {task} and cancels >= 2  # cancelled again, then given up on
+    release.set()
+    task.cancel()
+    await task
+
+
+@asynctest
+async def test_wait_set_times_out_returns_when_set_and_never_keeps_a_cancel() -> None:
+    event = asyncio.Event()
+    assert await wait_set(event, 0.05) is False
+    asyncio.get_running_loop().call_later(0.05, event.set)
+    assert await wait_set(event, 5) is True
+    assert await wait_set(event, 0) is True  # set already: no wait at all
+
+    other = asyncio.Event()
+    waiter = asyncio.create_task(wait_set(other, 10))
+    await asyncio.sleep(0.01)
+    other.set()  # set in the same turn as the cancel: the cancel still wins
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    leftover = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    await asyncio.sleep(0)
+    assert all(t.done() for t in leftover)  # no event.wait() left behind
+
+
+@asynctest
+async def test_table_connection_close_ends_a_connection_that_lost_its_cancel() -> None:
+    connection = TableConnection("mqtt://127.0.0.1:1", "T1")
+    queue: asyncio.Queue[int] = asyncio.Queue()
+
+    async def run() -> None:  # what aiomqtt's publish then its message loop would do
+        await _swallows_once(queue)
+
+    connection._run = run  # type: ignore[method-assign]
+    await connection.start()
+    await asyncio.sleep(0)
+    task: Any = connection._task
+    await asyncio.wait_for(connection.close(), 5)
+    assert task.cancelled() and connection._task is None
