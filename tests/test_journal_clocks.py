@@ -254,3 +254,58 @@ async def test_the_daemons_prune_runs_in_batches_with_the_loop_free_between(
     assert not recorder.housekeeping(retention_days=1)  # done: the next in an hour
     counter.cancel()
     journal.close()
+
+
+@asynctest
+async def test_a_prune_cancelled_between_batches_leaves_one_run_and_the_next_start_goes_on(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The daemon stops (its housekeeping task is cancelled) in the pause between two
+    batches: what was dropped is dropped, the rest is one gapless run, and the journal
+    opened again prunes what is left."""
+    import asyncio
+
+    from shoed.core.config import EngineConfig
+    from shoed.core.engine import Engine
+    from shoed.status import TableStatus
+    from shoed.store import recorder as rec
+
+    class Log:
+        def info(self, event: str, **kw: object) -> None:
+            pass
+
+        warning = error = info
+
+    monkeypatch.setattr(rec, "PRUNE_BATCH", 10)
+    monkeypatch.setattr(rec, "PRUNE_PAUSE_S", 0.05)
+    clocks = Clocks()
+    state = tmp_path / "state"
+    journal = clocks.open(state)
+    _events(journal, 1, 45)
+    clocks.pass_(2 * DAY)
+    _events(journal, 46, 50)  # young: they stay
+    recorder = rec.Recorder(journal, Engine(EngineConfig("T1"), instance_id="i"),
+                            TableStatus("T1"), 64, Log())
+    batches: list[int] = []
+    inner = journal.prune
+
+    def counted(*args: object, **kw: object) -> int:
+        dropped = inner(*args, **kw)  # type: ignore[arg-type]
+        batches.append(dropped)
+        return dropped
+
+    monkeypatch.setattr(journal, "prune", counted)
+    pruning = asyncio.create_task(recorder.prune(retention_days=1))
+    while len(batches) < 2:
+        await asyncio.sleep(0.005)
+    pruning.cancel()  # in the pause after the second batch
+    with pytest.raises(asyncio.CancelledError):
+        await pruning
+    assert batches == [10, 10]
+    assert journal.event_range() == (21, 50)
+    journal.close()
+
+    again = clocks.open(state)
+    assert again.event_range() == (21, 50)  # the two batches were committed
+    assert again.prune(retention_days=1) == 25
+    assert again.event_range() == (46, 50)
+    again.close()
