@@ -31,7 +31,8 @@ def test_installed_once_in_front_of_paho() -> None:
 @given(packet=st.one_of(
     st.binary(min_size=0, max_size=8),
     st.tuples(st.binary(min_size=2, max_size=2), st.sampled_from([b"", b"\x00", b"\x00\x00",
-                                                                  b"\x10", b"\x87\x00"]))
+                                                                  b"\x10", b"\x10\x00",
+                                                                  b"\x10\x01", b"\x87\x00"]))
     .map(lambda parts: parts[0] + parts[1])),
     protocol=st.sampled_from(PROTOCOLS))
 def test_plain_or_not_the_answer_is_pahos(packet: bytes, protocol: int) -> None:
@@ -50,6 +51,15 @@ def test_plain_pubacks_share_one_success_and_no_properties() -> None:
         result = _packet.decode_puback(PUBACK, packet, protocol)
         assert result.mid == 0x0102
         assert result.reason is acks.SUCCESS and result.properties is acks.NO_PROPERTIES
+    # Success with nobody subscribed (a retained snapshot): shared too, with its name.
+    for packet in (b"\x01\x02\x10", b"\x01\x02\x10\x00"):
+        result = _packet.decode_puback(PUBACK, packet, MQTTProtocolVersion.MQTTv5)
+        assert result.mid == 0x0102 and result.reason is acks.NO_SUBSCRIBERS
+        assert result.reason.getName() == "No matching subscribers"
+        assert result.properties is acks.NO_PROPERTIES
+    # Under 3.1.1 a third byte is malformed: paho's to refuse.
+    assert decoded(_packet.decode_puback, b"\x01\x02\x10",
+                   MQTTProtocolVersion.MQTTv311) == "MalformedPacket"
     # A failure reason is paho's to decode: its own object, its own name.
     failed = _packet.decode_puback(PUBACK, b"\x00\x07\x87", MQTTProtocolVersion.MQTTv5)
     assert failed.reason is not acks.SUCCESS and failed.reason.getName() == "Not authorized"

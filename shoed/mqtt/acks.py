@@ -8,10 +8,13 @@ that was 12 % of the daemon's Python time (docs/performance.md, "Round two").
 
 Nearly every PUBACK a broker sends is plain: the packet id alone (success, no
 properties: MQTT 5 section 3.4.2.1, and every MQTT 3.1.1 PUBACK), or with reason 0x00
-and an empty property length. :func:`install` puts a decoder in front of paho's that
-answers those with one shared Success ``ReasonCode`` and one shared empty
-``Properties``; anything else (a failure reason, properties, a malformed packet) goes
-to paho's own decoder, which raises what it always raised. It replaces a function of
+and an empty property length, or under MQTT 5 with reason 0x10, "No matching
+subscribers", a success too: Mosquitto sends it for a retained `state` or `roads`
+nobody is subscribed to at the moment, half the PUBACKs of a card then.
+:func:`install` puts a decoder in front of paho's that answers those with one shared
+``ReasonCode`` per reason and one shared empty ``Properties``; anything else (a
+failure reason, properties, a malformed packet) goes to paho's own decoder, which
+raises what it always raised. It replaces a function of
 paho's private ``_packet`` module (docs/decisions.md, item 129): when that is not
 there, or not what was tested, nothing is installed and paho decodes as before.
 """
@@ -33,18 +36,21 @@ except ImportError:  # a paho without it (2.1): its own decoding stays
 # Shared by every plain PUBACK: read, never changed, by whoever gets them (aiomqtt's
 # on_publish, the windows': neither looks at them).
 SUCCESS = ReasonCode(PacketTypes.PUBACK)
+NO_SUBSCRIBERS = ReasonCode(PacketTypes.PUBACK, identifier=0x10)
+PLAIN_REASONS = {0x00: SUCCESS, 0x10: NO_SUBSCRIBERS}
 NO_PROPERTIES = Properties(PacketTypes.PUBACK)  # type: ignore[no-untyped-call]
 
 
-def plain_puback(packet: bytes | bytearray, protocol: int) -> int | None:
-    """The packet id of a plain PUBACK (everything after the fixed header), or None
-    when it is anything else."""
+def plain_puback(packet: bytes | bytearray, protocol: int) -> tuple[int, ReasonCode] | None:
+    """The packet id and reason of a plain PUBACK (`packet` is everything after the
+    fixed header), or None when it is anything else."""
     size = len(packet)
     if size == 2:
-        return (packet[0] << 8) | packet[1]
-    if protocol == MQTTProtocolVersion.MQTTv5 and (
-            (size == 3 and packet[2] == 0) or (size == 4 and packet[2] == 0 == packet[3])):
-        return (packet[0] << 8) | packet[1]
+        return (packet[0] << 8) | packet[1], SUCCESS
+    if protocol == MQTTProtocolVersion.MQTTv5 and (size == 3 or (size == 4 and packet[3] == 0)):
+        reason = PLAIN_REASONS.get(packet[2])
+        if reason is not None:
+            return (packet[0] << 8) | packet[1], reason
     return None
 
 
@@ -61,10 +67,10 @@ def install() -> bool:
     puback = _packet.PubackPacket
 
     def decode_puback(header: int, packet: bytes | bytearray, protocol: Any) -> Any:
-        mid = plain_puback(packet, protocol)
-        if mid is None:
+        plain = plain_puback(packet, protocol)
+        if plain is None:
             return paho_decode(header, packet, protocol)
-        return puback(mid=mid, reason=SUCCESS, properties=NO_PROPERTIES)
+        return puback(mid=plain[0], reason=plain[1], properties=NO_PROPERTIES)
 
     decode_puback._shoed_plain = True  # type: ignore[attr-defined]
     decode_puback.paho_decode = paho_decode  # type: ignore[attr-defined]
