@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import pathlib
+
+from hypothesis import given
+from hypothesis import strategies as st
 
 from shoed.store.journal import Journal
 
@@ -138,3 +142,14 @@ def test_schema_3_journal_is_migrated_with_its_dedup_and_a_partial_outbox_index(
         journal.add_input(2.0, "{}", dedup="[4242, 18]")
         journal.mark_published(2)
     assert journal.dedup() == "[4242, 18]" and journal.unpublished() == []
+
+
+@given(boot=st.none() | st.integers(0, 2**32 - 1), last=st.none() | st.integers(0, 65535))
+def test_the_recorded_dedup_state_is_what_json_dumps_writes_and_reads_back(
+        boot: int | None, last: int | None) -> None:
+    from firmware_protocol import DedupState
+    from shoed.store.recorder import dedup_json
+
+    written = dedup_json(DedupState(boot, last))
+    assert written == json.dumps([boot, last])
+    assert json.loads(written) == [boot, last]
