@@ -122,7 +122,11 @@ def shoed_config(tmp: pathlib.Path, port: str, mqtt_port: int, decks: int) -> pa
 
 
 async def run_target(target: str, cards: int, pace: float, broker: PrivateMosquitto,
-                     decks: int = 12) -> dict[str, Any]:
+                     decks: int = 12, warm: bool = True) -> dict[str, Any]:
+    """Deal `cards` to the host under test. `warm`: the shoe starts once the host is up
+    (shoed: READY and connected to the broker; the floor: connected), and the CPU is
+    counted from there: neither host's start (interpreter, imports, connect) is charged
+    to its cards. Not warm: the shoe deals from the start (prune_cards.py)."""
     tmp = pathlib.Path(tempfile.mkdtemp(prefix=f"bench-{target}-"))
     loop = asyncio.get_running_loop()
     shoes = max(1, cards // (decks * 52 - 30) + 1)
@@ -157,7 +161,7 @@ async def run_target(target: str, cards: int, pace: float, broker: PrivateMosqui
     ready = asyncio.Event()
     sub = asyncio.create_task(subscribe(ready))
     await ready.wait()
-    runner = asyncio.create_task(pty.run())
+    runner = None if warm else asyncio.create_task(pty.run())
     if is_shoed:
         notify = tmp / "notify.sock"
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -184,13 +188,23 @@ async def run_target(target: str, cards: int, pace: float, broker: PrivateMosqui
                     ready_s = time.perf_counter() - start
             except BlockingIOError:
                 await asyncio.sleep(0.005)
+        if warm:  # after READY: the first connection to the broker
+            log = tmp / "shoed.log"
+            deadline = time.perf_counter() + 30
+            while b'"mqtt_connected"' not in log.read_bytes() and time.perf_counter() < deadline:
+                await asyncio.sleep(0.01)
     else:
         proc = subprocess.Popen([sys.executable, str(ROOT / "bench" / "floor_relay.py"),
                                  str(tmp / "shoe"), str(broker.port), str(tmp / "floor.log")],
                                 stdout=subprocess.PIPE, preexec_fn=pin_host)
         ready_s = None
+        if warm:  # it prints "ready" once connected
+            assert proc.stdout is not None
+            await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), 30)
     started = time.perf_counter()
     cpu_before = cpu_seconds(proc.pid)  # the run's CPU, not the start's
+    if runner is None:
+        runner = asyncio.create_task(pty.run())
     deadline = started + cards * max(pace, 0.004) * 3 + 120
     while len(shoe.card_seqs) < cards and time.perf_counter() < deadline:
         await asyncio.sleep(0.05)

@@ -37,7 +37,7 @@ async def one_round(cards: int) -> dict[str, Any]:
     broker = latency.PrivateMosquitto()
     broker.start()
     try:
-        run = await latency.run_target("shoed", cards, 0.02, broker)
+        run = await latency.run_target("shoed", cards, 0.02, broker, warm=False)
     finally:
         broker.stop()
     prunes = []
