@@ -1,0 +1,155 @@
+"""A broker that takes a retained snapshot and never acknowledges it, while the daemon is
+idle: the live publisher does not await a snapshot's PUBACK (docs/performance.md, round
+two), so the idle publisher must still notice within IDLE_WAKE_S + publish_timeout_s,
+drop the connection, reconnect and lose nothing.
+
+Between the daemon and a real Mosquitto sits a relay that parses MQTT packets and, once
+armed, drops the broker's PUBACK to the next QoS 1 PUBLISH on one topic."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import pathlib
+import time
+from collections.abc import Callable
+
+import pytest
+from kit import stop_tasks
+from rig import wait_for
+from test_supervision import _collector, daemon
+
+from shoed.mqtt.service import IDLE_WAKE_S
+from shoed.sim.broker import PrivateMosquitto
+
+pytestmark = [pytest.mark.broker, pytest.mark.timeout(120)]
+PUBLISH, PUBACK = 3, 4
+
+
+async def read_packet(stream: asyncio.StreamReader) -> tuple[bytes, int]:
+    """One MQTT control packet, and where its variable header starts."""
+    head = await stream.readexactly(1)
+    length, shift, size = 0, 0, b""
+    while True:
+        byte = await stream.readexactly(1)
+        size += byte
+        length |= (byte[0] & 0x7F) << shift
+        shift += 7
+        if not byte[0] & 0x80:
+            break
+    body = await stream.readexactly(length)
+    return head + size + body, 1 + len(size)
+
+
+class PubackThief:
+    def __init__(self, broker_port: int) -> None:
+        self.broker_port = broker_port
+        self.port = 0
+        self.armed: str | None = None
+        self.dropped = 0
+        self.stolen_at: float | None = None  # wall time the withheld PUBLISH passed
+        self._server: asyncio.base_events.Server | None = None
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+
+    def arm(self, topic: str) -> None:
+        self.armed = topic
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.broker_port)
+        stolen: set[int] = set()
+
+        def to_broker(packet: bytes, start: int) -> bool:
+            if packet[0] >> 4 == PUBLISH and (packet[0] >> 1) & 3 and self.armed is not None:
+                size = int.from_bytes(packet[start:start + 2], "big")
+                topic = packet[start + 2:start + 2 + size].decode()
+                if topic == self.armed:
+                    stolen.add(int.from_bytes(packet[start + 2 + size:start + 4 + size], "big"))
+                    self.armed, self.stolen_at = None, time.time()
+            return True
+
+        def to_daemon(packet: bytes, start: int) -> bool:
+            if packet[0] >> 4 == PUBACK:
+                mid = int.from_bytes(packet[start:start + 2], "big")
+                if mid in stolen:
+                    stolen.discard(mid)
+                    self.dropped += 1
+                    return False
+            return True
+
+        async def pump(source: asyncio.StreamReader, sink: asyncio.StreamWriter,
+                       keep: Callable[[bytes, int], bool]) -> None:
+            try:
+                while True:
+                    packet, start = await read_packet(source)
+                    if keep(packet, start):
+                        sink.write(packet)
+                        await sink.drain()
+            except (asyncio.IncompleteReadError, ConnectionError):
+                pass
+            finally:
+                sink.close()
+
+        await asyncio.gather(pump(reader, up_writer, to_broker),
+                             pump(up_reader, writer, to_daemon))
+
+
+def _wall(line: dict[str, object]) -> float:
+    return dt.datetime.fromisoformat(str(line["timestamp"]).replace("Z", "+00:00")).timestamp()
+
+
+def test_a_snapshot_puback_withheld_while_idle_is_noticed_and_nothing_is_lost(
+        tmp_path: pathlib.Path, broker: PrivateMosquitto) -> None:
+    timeout_s = 1.0
+
+    async def main() -> None:
+        thief = PubackThief(broker.port)
+        await thief.start()
+        collector, collecting = await _collector(broker)
+        try:
+            with daemon(tmp_path, f"mqtt://127.0.0.1:{thief.port}",
+                        mqtt={"publish_timeout_s": timeout_s}) as d:
+                d.start_shoe(seed=5, pace=0.02)
+                d.start()
+                await wait_for(lambda: collector.of("shoe_ended"), 90, "the shoe dealt")
+                await asyncio.sleep(1.0)  # idle: nothing awaits a PUBACK
+                connects = len(d.logged("mqtt_connected"))
+                assert not d.logged("mqtt_disconnected")
+                # A new shoe: its events, then the state, then the roads (the last send
+                # of the burst): the broker takes the roads and never says so.
+                thief.arm("shoed/T9/roads")
+                answer = await collector.send({"request_id": "ns-1", "command": "new_shoe",
+                                               "operator": "pit"})
+                assert answer["ok"], answer
+                await wait_for(lambda: thief.dropped == 1, 10, "the roads' PUBACK withheld")
+                await wait_for(lambda: d.logged("mqtt_disconnected"),
+                               IDLE_WAKE_S + timeout_s + 5, "the daemon to notice")
+                dropped = d.logged("mqtt_disconnected")[0]
+                assert f"no PUBACK within {timeout_s:g} s" in str(dropped["error"])
+                assert thief.stolen_at is not None
+                noticed = _wall(dropped) - thief.stolen_at
+                assert noticed <= IDLE_WAKE_S + timeout_s + 1.0, noticed
+                await wait_for(lambda: len(d.logged("mqtt_connected")) > connects, 15,
+                               "the daemon connected again")
+                # Nothing lost or reordered: every event, the new shoe's included, once.
+                started = collector.of("shoe_started")[-1]["seq"]
+                await wait_for(lambda: collector.retained.get("state", {}).get("seq", 0)
+                               >= started, 10, "the state of the new shoe")
+                last = collector.retained["state"]["seq"]
+                await wait_for(lambda: len(collector.events) >= last, 10, "every event")
+                seqs = [e["seq"] for e in collector.events]
+                assert seqs == list(range(1, last + 1)), (seqs[-5:], last)
+                assert collector.retained["roads"]["seq"] >= collector.of("shoe_ended")[-1][
+                    "seq"]
+                assert d.stop() == 0
+        finally:
+            await stop_tasks(collecting)
+            await thief.close()
+
+    asyncio.run(main())
