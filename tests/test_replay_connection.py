@@ -11,6 +11,8 @@ import asyncio
 import pathlib
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from proc import DaemonProcess
 from rig import Collector, wait_for
 
@@ -104,3 +106,44 @@ def test_a_replay_keeps_to_its_pace(tmp_path: pathlib.Path, broker: PrivateMosqu
     check_replay(out)
     sent = out["sent"][0]  # type: ignore[index]
     assert sent["events"] >= 40 and sent["took_s"] >= (sent["events"] - 8) / 100, sent
+
+
+def _paced(stalls: dict[int, float], events: int = 4000, rate: float = 15_000,
+           burst: float = 0.05, every: int = 8, send_s: float = 10e-6
+           ) -> list[float]:
+    """The send times of a replay paced as the inbox paces it, on a simulated clock:
+    each send takes `send_s`; after the event numbered k, the stream waits stalls[k]
+    seconds (for live events)."""
+    from shoed.mqtt.inbox import replay_pace
+
+    now = started = 0.0
+    times = []
+    for sent in range(1, events + 1):
+        now += send_s
+        times.append(now)
+        now += stalls.get(sent, 0.0)
+        if sent % every == 0:
+            started, ahead = replay_pace(started, sent, now, rate, burst)
+            if ahead >= 0.001:
+                now += ahead
+    return times
+
+
+@given(stall_at=st.integers(1, 3000), stall_s=st.floats(0.0, 3.0),
+       rate=st.sampled_from([100.0, 1000.0, 15_000.0]))
+def test_a_replay_that_waited_makes_up_at_most_its_burst(stall_at: int, stall_s: float,
+                                                         rate: float) -> None:
+    """However long it waited for the live publisher, a replay then never sends more than
+    `rate` events a second plus `burst` seconds' worth (and one loop turn's 8)."""
+    burst, every = 0.05, 8
+    events = min(4000, int(rate * 2))
+    times = _paced({stall_at: stall_s}, events=events, rate=rate, burst=burst, every=every)
+    # In any span of the run, from one send to a later one: no more than the pace allows.
+    for first in range(0, len(times), max(1, len(times) // 50)):
+        for last in range(first, len(times), max(1, len(times) // 50)):
+            span = times[last] - times[first]
+            assert last - first <= rate * (span + burst) + 2 * every + 1, (first, last, span)
+    # And it keeps its pace overall: the stall is not made up beyond the burst.
+    stalled = stall_s if stall_at < events else 0.0  # a stall after the last send is not in it
+    # (the pace is looked at every `every` events: one such step's worth either way)
+    assert times[-1] >= (events - 2 * every) / rate + stalled - burst - 0.01

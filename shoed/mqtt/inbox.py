@@ -51,6 +51,17 @@ REPLAYS_AT_ONCE = 2  # replays re-sent at the same time; more wait their turn
 LISTENER_HOOKS: list[Callable[[], Awaitable[None]]] = []
 
 
+def replay_pace(started: float, sent: int, now: float, rate: float,
+                burst: float) -> tuple[float, float]:
+    """A replay's pace after `sent` events: the time it is paced from, and how long to
+    wait now (negative: it is behind). At most `rate` events a second from `started`;
+    time it lost (waiting for live events or PUBACKs) is made up at most `burst`
+    seconds' worth at once: `started` moves up so that it is never further behind."""
+    due = sent / rate
+    started = max(started, now - due - burst)
+    return started, started + due - now
+
+
 class StampedQueue(asyncio.Queue[aiomqtt.Message]):
     """aiomqtt's incoming queue, noting when each message reached the daemon (the time a
     command then waits inside it counts against its MQTT 5 message expiry)."""
@@ -236,13 +247,10 @@ class Inbox:
                     await window.send(topic, body, props)
                     sent += 1
                     if sent % REPLAY_YIELD_EVERY == 0:
-                        # ahead of REPLAY_EVENTS_PER_S: wait (whole milliseconds, as the
-                        # loop sleeps); else just a turn. Behind it (the replay waited
-                        # for live events), at most REPLAY_BURST_S is made up at once.
-                        now = loop.time()
-                        due = sent / REPLAY_EVENTS_PER_S
-                        started = max(started, now - due - REPLAY_BURST_S)
-                        ahead = started + due - now
+                        # ahead of the pace: wait (whole milliseconds, as the loop
+                        # sleeps); else just a turn
+                        started, ahead = replay_pace(started, sent, loop.time(),
+                                                     REPLAY_EVENTS_PER_S, REPLAY_BURST_S)
                         await asyncio.sleep(ahead if ahead >= 0.001 else 0)
             await window.drain()
         finally:
