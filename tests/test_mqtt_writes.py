@@ -84,3 +84,60 @@ def test_a_lost_broker_is_reported_as_an_mqtt_error(broker) -> None:
         asyncio.run(scenario())
     except* aiomqtt.MqttError:
         pass  # leaving `async with` on a dead connection may raise too; that is expected
+
+
+
+@pytest.mark.skipif(not hasattr(socket, "TCP_QUICKACK"), reason="TCP_QUICKACK is Linux's")
+def test_after_every_read_our_ack_is_asked_to_leave_at_once(broker) -> None:
+    """ack_at_once: after each of paho's reads, TCP_QUICKACK is set on its socket (the
+    kernel then sends the ACK for what was read at once, and leaves quick-ACK mode again
+    by itself), in that order; reads return what paho returned; a socket closed
+    meanwhile is paho's to report. Then against a real Mosquitto: messages flow."""
+    from shoed.mqtt.writes import ack_at_once
+
+    calls: list[tuple[str, object]] = []
+
+    class Sock:
+        closed = False
+
+        def setsockopt(self, level: int, option: int, value: int) -> None:
+            if self.closed:
+                raise OSError(9, "Bad file descriptor")
+            calls.append(("setsockopt", (level, option, value)))
+
+    class Paho:
+        sock = Sock()
+
+        def socket(self) -> Sock:
+            return self.sock
+
+        def loop_read(self, max_packets: int = 1) -> int:
+            calls.append(("read", max_packets))
+            return 7
+
+    class Client:
+        _client = Paho()
+
+    fake = Client()
+    assert ack_at_once(fake)  # type: ignore[arg-type]
+    assert fake._client.loop_read() == 7 and fake._client.loop_read(3) == 7
+    quick = ("setsockopt", (socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1))
+    assert calls == [("read", 1), quick, ("read", 3), quick]
+    fake._client.sock.closed = True
+    assert fake._client.loop_read() == 7  # no OSError out of the read
+
+    async def main() -> None:
+        async with client_for(broker) as sub, client_for(broker) as pub:
+            assert ack_at_once(sub)
+            await sub.subscribe("t/ack", qos=1)
+            for i in range(3):
+                await pub.publish("t/ack", f"m{i}".encode(), qos=1)
+            got = []
+            async for message in sub.messages:
+                got.append(message.payload)
+                if len(got) == 3:
+                    break
+            assert got == [b"m0", b"m1", b"m2"]
+        assert not ack_at_once(client_for(broker))  # not connected: nothing to set
+
+    asyncio.run(main())

@@ -35,6 +35,7 @@ from paho.mqtt.properties import Properties
 from shoed.core.commands import ANONYMOUS
 from shoed.desk import Answer, CommandDesk, Incoming, ReplayPage
 from shoed.mqtt.window import PublishWindow
+from shoed.mqtt.writes import ack_at_once
 
 REPLAY_IN_FLIGHT = 32  # replayed events awaiting PUBACK at once, on the replay connection
 REPLAY_WINDOW = 4  # the same on the daemon's own connection (no replay connection)
@@ -226,6 +227,7 @@ class Inbox:
                              action=f"replayed on the daemon's connection, {REPLAY_WINDOW} "
                                     "in flight")
             return None
+        ack_at_once(own)  # its PUBACKs come back to back: none waits for our delayed ACK
         return own
 
     async def _stream(self, via: aiomqtt.Client, page: ReplayPage, in_flight: int) -> int:

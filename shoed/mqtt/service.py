@@ -48,7 +48,7 @@ from shoed.mqtt.claim import (
 )
 from shoed.mqtt.inbox import REPLAY_IN_FLIGHT, Inbox, StampedQueue, publish_properties
 from shoed.mqtt.window import PublishWindow
-from shoed.mqtt.writes import send_when_queued
+from shoed.mqtt.writes import ack_at_once, send_when_queued
 from shoed.status import TableStatus
 from shoed.store.outbox import Outbox
 
@@ -281,6 +281,7 @@ class MqttService:
 
     async def _connected(self, client: aiomqtt.Client) -> None:
         send_when_queued(client)  # the event's bytes leave without a loop turn
+        ack_at_once(client)  # the broker's next packet never waits for our delayed ACK
         self._connected_at = asyncio.get_running_loop().time()
         self.client = client
         self.connects += 1

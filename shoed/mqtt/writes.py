@@ -16,6 +16,8 @@ sends the rest in order and reports a broken connection as it always does.
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import threading
 from typing import Any
 
@@ -61,3 +63,32 @@ def send_when_queued(client: aiomqtt.Client) -> None:
 
     paho.on_socket_register_write = on_register_write
     paho.on_socket_unregister_write = on_unregister_write
+
+
+QUICKACK: int | None = getattr(socket, "TCP_QUICKACK", None)  # Linux
+
+
+def ack_at_once(client: aiomqtt.Client) -> bool:
+    """After each read from the broker, our TCP ACK for it leaves at once (Linux
+    ``TCP_QUICKACK``, which the kernel drops again by itself, so it is set after every
+    read). A broker without TCP_NODELAY (Mosquitto's default) holds its next small
+    packet until the one before is acknowledged, and a delayed ACK waits up to 40 ms:
+    a command's PUBLISH to the daemon, not answered at once (a `replay` is answered
+    after its events), held the PUBACK of a retained snapshot, and with it the next
+    card's event, ~20 ms (docs/performance.md, "A big replay"). One setsockopt a read.
+    True if installed (after the connect, on the loop's thread)."""
+    paho: Any = client._client
+    sock = paho.socket()
+    if QUICKACK is None or not hasattr(sock, "setsockopt"):
+        return False  # not Linux, or not a TCP socket (none yet, or a websocket's)
+    read = paho.loop_read
+
+    def loop_read(max_packets: int = 1) -> Any:
+        rc = read(max_packets)
+        # closed meanwhile: paho reports the lost connection itself
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, QUICKACK, 1)
+        return rc
+
+    paho.loop_read = loop_read
+    return True
