@@ -90,22 +90,33 @@ async def cancel_and_wait(
     arrives as the awaited future completes, and libraries use it (aiomqtt's publish
     waits for its PUBACK with it). The task then goes back to waiting, on its message
     queue say, and a single cancel followed by an unbounded wait never returns.
+
+    The caller cancelled meanwhile (a supervisor stopping the caller, which re-cancels
+    on the same period) still waits here until the tasks have ended or `timeout` is
+    over, then raises CancelledError: its tasks are not left running behind it.
     """
     pending = {task for task in tasks if not task.done()}
     for task in pending:
         task.cancel()
     loop = asyncio.get_running_loop()
     deadline = None if timeout is None else loop.time() + timeout
+    interrupted: asyncio.CancelledError | None = None
     while pending:
         step = RECANCEL_S if deadline is None else min(RECANCEL_S, deadline - loop.time())
         if step <= 0:
             break
-        _, pending = await asyncio.wait(pending, timeout=step)
+        try:
+            _, pending = await asyncio.wait(pending, timeout=step)
+        except asyncio.CancelledError as error:
+            interrupted = error  # raised once the tasks have ended (below)
+            pending = {task for task in pending if not task.done()}
         if pending and (deadline is None or loop.time() < deadline):
             if on_stuck is not None:
                 on_stuck(pending)
             for task in pending:
                 task.cancel()
+    if interrupted is not None:
+        raise interrupted
     return pending
 
 
@@ -130,7 +141,8 @@ async def wait_set(event: asyncio.Event, timeout: float | None) -> bool:
     finally:
         if not waiter.done():
             waiter.cancel()
-    return event.is_set()
+    # set meanwhile, even if cleared again before this task ran on
+    return event.is_set() or (waiter.done() and not waiter.cancelled())
 
 
 def clear_stray_cancel() -> int:

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from kit import asynctest
 
-from shoed.aio import RECANCEL_S, cancel_and_wait, task_names, wait_set
+from shoed.aio import cancel_and_wait, task_names, wait_set
 from shoed.client import TableConnection
 
 
@@ -52,7 +52,27 @@ async def test_a_swallowed_cancel_is_repeated_until_the_task_ends() -> None:
     stuck = await cancel_and_wait((task, task2), on_stuck=lambda t: told.append(task_names(t)))
     assert stuck == set() and task.cancelled() and task2.cancelled()
     assert told == [["stubborn-2"]]  # the first had its own cancel still pending
-    assert asyncio.get_running_loop().time() - started < RECANCEL_S * 3
+    assert asyncio.get_running_loop().time() - started < 5.0  # ended, not hung
+
+
+@asynctest
+async def test_the_caller_cancelled_meanwhile_still_ends_its_tasks_then_raises() -> None:
+    """A supervisor stops the caller (re-cancelling it on the same period) while the
+    caller waits for a task that lost its cancel: the task is still ended, then the
+    caller's cancel goes on up."""
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    child = asyncio.create_task(_swallows_once(queue), name="child")
+    await asyncio.sleep(0)
+
+    async def caller() -> None:
+        await cancel_and_wait((child,))
+
+    outer = asyncio.create_task(caller())
+    await asyncio.sleep(0.05)  # the child swallowed the first cancel; outer is waiting
+    outer.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(outer, 5)
+    assert child.cancelled()  # not left running behind the caller
 
 
 @asynctest
@@ -99,6 +119,14 @@ async def test_wait_set_times_out_returns_when_set_and_never_keeps_a_cancel() ->
     asyncio.get_running_loop().call_later(0.05, event.set)
     assert await wait_set(event, 5) is True
     assert await wait_set(event, 0) is True  # set already: no wait at all
+    flicker = asyncio.Event()
+
+    def set_and_clear() -> None:
+        flicker.set()
+        flicker.clear()  # cleared before the waiter runs on: it was set all the same
+
+    asyncio.get_running_loop().call_later(0.02, set_and_clear)
+    assert await wait_set(flicker, 5) is True
 
     other = asyncio.Event()
     waiter = asyncio.create_task(wait_set(other, 10))

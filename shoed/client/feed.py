@@ -299,8 +299,11 @@ class TableFeed(TableConnection):
         await super().start()
 
     async def close(self) -> None:
-        if self._gap_task is not None:
-            await cancel_and_wait((self._gap_task,))
+        gaps, self._gap_task = self._gap_task, None
+        if gaps is not None:
+            await cancel_and_wait((gaps,))
+            if not gaps.cancelled():
+                gaps.exception()  # retrieved: it ended, whatever it raised
         await super().close()
 
     async def on_connect(self) -> None:
