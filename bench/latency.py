@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import pathlib
@@ -191,16 +192,25 @@ async def run_target(target: str, cards: int, pace: float, broker: PrivateMosqui
         if warm:  # after READY: the first connection to the broker
             log = tmp / "shoed.log"
             deadline = time.perf_counter() + 30
-            while b'"mqtt_connected"' not in log.read_bytes() and time.perf_counter() < deadline:
+            while b'"mqtt_connected"' not in log.read_bytes():
+                if time.perf_counter() > deadline or proc.poll() is not None:
+                    stop(proc)
+                    raise RuntimeError(f"{target} did not connect to the broker within "
+                                       f"30 s; its log: {log}")
                 await asyncio.sleep(0.01)
     else:
         proc = subprocess.Popen([sys.executable, str(ROOT / "bench" / "floor_relay.py"),
                                  str(tmp / "shoe"), str(broker.port), str(tmp / "floor.log")],
                                 stdout=subprocess.PIPE, preexec_fn=pin_host)
         ready_s = None
-        if warm:  # it prints "ready" once connected
+        if warm:  # it prints "ready" once connected (its connect() returned)
             assert proc.stdout is not None
-            await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), 30)
+            line = b""
+            with contextlib.suppress(TimeoutError):
+                line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), 30)
+            if not line.startswith(b"ready"):
+                stop(proc)  # its stdout closes, and the reading thread ends with it
+                raise RuntimeError(f"the floor did not start within 30 s (printed {line!r})")
     started = time.perf_counter()
     cpu_before = cpu_seconds(proc.pid)  # the run's CPU, not the start's
     if runner is None:
