@@ -60,24 +60,6 @@ def _resolve(waiter: asyncio.Future[None]) -> None:
         waiter.set_result(None)
 
 
-async def wait_event(event: asyncio.Event, timeout: float) -> bool:
-    """Wait for `event` at most `timeout` seconds; True if it was set (the simulator's
-    helper; the daemon uses :class:`Wakeup`).
-
-    Not ``asyncio.wait_for(event.wait(), ...)``: on Python 3.11 that swallows a
-    cancellation arriving as the event fires. ``asyncio.timeout`` is safe here only
-    because nothing leaves this task's cancel count above zero (see above).
-    """
-    if event.is_set():
-        return True
-    try:
-        async with asyncio.timeout(max(timeout, 0.0)):
-            await event.wait()
-    except TimeoutError:
-        return False
-    return True
-
-
 async def cancel_and_wait(
         tasks: Iterable[asyncio.Future[Any]], timeout: float | None = None,
         on_stuck: Callable[[set[asyncio.Future[Any]]], None] | None = None,
@@ -94,7 +76,11 @@ async def cancel_and_wait(
     The caller cancelled meanwhile (a supervisor stopping the caller, which re-cancels
     on the same period) still waits here until the tasks have ended or `timeout` is
     over, then raises CancelledError: its tasks are not left running behind it.
+
+    What the tasks that ended raised is retrieved (asyncio reports nothing of it); a
+    caller that wants it still reads it from the task.
     """
+    tasks = set(tasks)
     pending = {task for task in tasks if not task.done()}
     for task in pending:
         task.cancel()
@@ -115,6 +101,9 @@ async def cancel_and_wait(
                 on_stuck(pending)
             for task in pending:
                 task.cancel()
+    for task in tasks - pending:
+        if not task.cancelled():
+            task.exception()
     if interrupted is not None:
         raise interrupted
     return pending
@@ -128,7 +117,7 @@ def task_names(tasks: Iterable[asyncio.Future[Any]]) -> list[str]:
 async def wait_set(event: asyncio.Event, timeout: float | None) -> bool:
     """Wait for `event` at most `timeout` seconds (None: no limit); True if it is set.
 
-    For code that runs in other people's tasks (the client library): no
+    For the client library (it runs in other people's tasks) and the simulator: no
     ``asyncio.wait_for``, which on 3.11 can swallow the caller's cancellation, and no
     ``asyncio.timeout``, which on 3.11.2 misbehaves in a task with a cancel count left
     above zero. ``asyncio.wait`` neither cancels nor absorbs anything.

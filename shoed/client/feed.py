@@ -124,8 +124,6 @@ class TableConnection:
         if self._task is not None:
             # Cancelled again until it ends: on 3.11 aiomqtt's publish can swallow a cancel.
             await cancel_and_wait((self._task,))
-            if not self._task.cancelled():
-                self._task.exception()  # retrieved: it ended, whatever it raised
             self._task = None
 
     def topics(self) -> list[str]:
@@ -302,8 +300,6 @@ class TableFeed(TableConnection):
         gaps, self._gap_task = self._gap_task, None
         if gaps is not None:
             await cancel_and_wait((gaps,))
-            if not gaps.cancelled():
-                gaps.exception()  # retrieved: it ended, whatever it raised
         await super().close()
 
     async def on_connect(self) -> None:

@@ -321,8 +321,6 @@ class MqttService:
             # Cancelled again while they run on: a publish's cancel can be swallowed on
             # 3.11 (shoed.aio.cancel_and_wait), and this connection must still end.
             await cancel_and_wait(pending, on_stuck=self._cancel_repeated)
-            for task in pending:
-                _outcome(task)  # retrieved: nothing is left for asyncio to report
 
     def _cancel_repeated(self, tasks: set[asyncio.Future[Any]]) -> None:
         self.log.warning("mqtt_cancel_repeated", url=self.url, tasks=task_names(tasks))

@@ -44,7 +44,7 @@ from firmware_protocol import (
 )
 from firmware_protocol.link import DEVICE_BUFFER
 from firmware_protocol.messages import Capability, FaultCode
-from shoed.aio import wait_event
+from shoed.aio import wait_set
 from shoed.core.cards import ALL_CARDS
 
 CUT = "CUT"
@@ -478,7 +478,7 @@ class PtyShoe:
             self._write()
             delay = max(0.0, self.shoe.next_wakeup() - loop.time())
             self._wake.clear()
-            await wait_event(self._wake, min(delay, 0.5))
+            await wait_set(self._wake, min(delay, 0.5))
 
 
 class TcpShoe:
@@ -509,4 +509,4 @@ class TcpShoe:
                 self._writer.write(data)
             delay = max(0.0, self.shoe.next_wakeup() - loop.time())
             self._wake.clear()
-            await wait_event(self._wake, min(delay, 0.5))
+            await wait_set(self._wake, min(delay, 0.5))
