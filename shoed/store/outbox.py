@@ -6,8 +6,9 @@ An event is in one of these places, in seq order:
         └─────> fresh (memory, for the publisher) ──> acked (PUBACK, `acked_seq`)
 
 The publisher takes the fresh events when they follow the last published one without a
-gap (the common case: no backlog, no journal read), otherwise the oldest unpublished from
-the journal followed by those still in memory. `acked(seq)` records a PUBACK; the rows
+gap (the common case: no backlog, no journal read), nothing when every event it knows of
+has its PUBACK (no journal read either), otherwise the oldest unpublished from the
+journal followed by those still in memory. `acked(seq)` records a PUBACK; the rows
 and the marks are written by the recorder's effect write, after the publish, where no
 card waits. A crash before that write loses nothing: the record regenerates the events
 (same seq and event_id) and the broker gets them again (consumers dedupe by event_id).
@@ -35,9 +36,11 @@ class Outbox:
         self.acked_seq = 0  # the newest event with a PUBACK (all before it have one)
         self.marked_seq = 0  # the newest event marked published on disk
         self.last_published = -1  # unknown until the outbox has been read once
+        self.newest_seq = 0  # the newest event known, on disk or in memory
         self.published = 0  # PUBACKs in this run
         self.last_publish: float | None = None
         self.flush: Callable[[], bool] = lambda: True  # the recorder's effect write
+        self.flush_soon: Callable[[], None] = lambda: None  # ... after PUBACKs (coalesced)
         self.on_ready: Callable[[], None] = lambda: None  # the publisher's wake-up
 
     # -- the recorder's side ------------------------------------------------------------
@@ -46,19 +49,21 @@ class Outbox:
         """An event just applied (in memory): for the journal's rows and the publisher."""
         self.unwritten.append((seq, event_id, type_, body))
         self.fresh.append((seq, body))
+        self.newest_seq = seq
 
     def ready(self) -> None:
         """Events were added: wake the publisher."""
         del self.fresh[:-FRESH_KEPT]
         self.on_ready()
 
-    def mark(self) -> tuple[int, int]:
+    def mark(self) -> tuple[int, int, int]:
         """Where memory stands now, for :meth:`rollback` (a failed durable step)."""
-        return len(self.unwritten), len(self.fresh)
+        return len(self.unwritten), len(self.fresh), self.newest_seq
 
-    def rollback(self, mark: tuple[int, int]) -> None:
+    def rollback(self, mark: tuple[int, int, int]) -> None:
         del self.unwritten[mark[0]:]
         del self.fresh[mark[1]:]  # not handed over: the publisher runs only after the step
+        self.newest_seq = mark[2]
 
     @property
     def dirty(self) -> bool:
@@ -88,9 +93,12 @@ class Outbox:
         if fresh and fresh[0][0] == self.last_published + 1 and all(
                 b[0] == a[0] + 1 for a, b in itertools.pairwise(fresh)):
             return fresh
+        if not fresh and self.newest_seq <= self.last_published:
+            return []  # everything known has its PUBACK: no journal read, no write
         self.flush()
         try:
             rows = self.journal.unpublished(limit)
+            self.newest_seq = max(self.newest_seq, self.journal.event_range()[1])
         except StorageError:
             rows = []
         if len(rows) < limit:
@@ -104,7 +112,7 @@ class Outbox:
         self.acked_seq = max(self.acked_seq, seq)
         self.last_published = max(self.last_published, seq)
         self.last_publish = time.time()
-        self.flush()
+        self.flush_soon()
 
     def depth(self) -> int:
         """Events without a PUBACK, on disk or still in memory (-1: the journal cannot

@@ -35,6 +35,14 @@ from shoed.store.journal import Journal, StorageError
 from shoed.store.outbox import Outbox
 
 EFFECT_WRITE_DELAY_S = 0.2  # the longest an effect waits in memory when the broker is away
+# After a PUBACK the effect is written at once when the last effect write is at least
+# this old, else by a later PUBACK or the effect timer (EFFECT_WRITE_DELAY_S after the
+# apply; this long after a PUBACK that left only its mark to write). At a table's pace (a
+# card a second or slower) every PUBACK still writes its own effect; a burst of cards
+# shares one write (decisions.md 135). The cost: after a kill -9, the events of the last
+# EFFECT_WRITE_DELAY_S at most are published again, with their event_id (mqtt-api.md
+# section 2: at least once).
+EFFECT_COALESCE_S = 0.1
 PRUNE_EVERY_S = 3600.0
 # A prune deletes at most this many events at once (~2 ms with its checkpoint; an hour of
 # a busy table is ~420 events), and at most PRUNE_BATCHES of them per housekeeping tick,
@@ -71,6 +79,7 @@ class Recorder:
         self.uptime = journal.uptime
         self.outbox = Outbox(journal)
         self.outbox.flush = self.write_effects
+        self.outbox.flush_soon = self.effects_acked
         self.status = status
         self.snapshot_every = snapshot_every
         self.log = log
@@ -81,6 +90,7 @@ class Recorder:
         self._inputs_since_snapshot = 0
         self._last_applied_input = 0
         self._effects_timer: asyncio.TimerHandle | None = None
+        self._effects_at = -EFFECT_COALESCE_S  # monotonic time of the last effect write
         self._last_prune: float | None = None
         self._pruning = False  # the last prune stopped at its batch limit: more to drop
 
@@ -242,6 +252,15 @@ class Recorder:
         if snapshot:
             self._inputs_since_snapshot = 0
 
+    def effects_acked(self) -> None:
+        """PUBACKs came: write the effect now, unless the last write is younger than
+        EFFECT_COALESCE_S (then a later PUBACK or the effect timer writes it)."""
+        if time.monotonic() - self._effects_at >= EFFECT_COALESCE_S:
+            self.write_effects()
+        elif self._effects_timer is None and self.outbox.dirty:
+            self._effects_timer = asyncio.get_running_loop().call_later(
+                EFFECT_COALESCE_S, self.write_effects)
+
     def write_effects(self) -> bool:
         """Write the pending effect now (one fsynced transaction). False when storage is
         failing; the effect then stays in memory until storage is back."""
@@ -259,6 +278,7 @@ class Recorder:
             with self.journal.transaction():
                 written = self._effects_in_transaction()
             self._effects_written(*written)
+            self._effects_at = time.monotonic()
             self.journal.checkpoint_if_due()  # after the publish: nothing waits on it
         except StorageError as error:
             self._failed(str(error))
