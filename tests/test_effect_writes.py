@@ -122,7 +122,7 @@ async def test_a_burst_of_pubacks_shares_one_effect_write_and_the_timer_ends_it(
 @asynctest
 async def test_an_effect_left_waiting_is_written_by_the_next_pubacks_or_a_stop(
         tmp_path: pathlib.Path) -> None:
-    recorder, commits = _open(tmp_path)
+    recorder, _ = _open(tmp_path)
     outbox = recorder.outbox
     first = await _warm(recorder)
     second = _card_like(recorder, 2)
