@@ -111,11 +111,7 @@ class MqttService:
         self.inbox = Inbox(self.root, desk, self._props, log, self._alive,
                            replay_client=self.replay_client, live_idle=self.live_idle,
                            publish_timeout=settings.mqtt.publish_timeout_s)
-        # The live window while the publisher waits for events with nothing in flight,
-        # and what on_ready sent through it meanwhile (_on_outbox_ready).
-        self._parked: PublishWindow | None = None
-        self._sent_ahead: tuple[list[tuple[int, str]], int, BrokerError | None] | None = None
-        outbox.on_ready = self._on_outbox_ready
+        outbox.on_ready = self._outbox_wake.set
         status.on_change(self._status_wake.set)
 
     def client_args(self) -> dict[str, Any]:
@@ -368,49 +364,21 @@ class MqttService:
 
     # -- the parts of a connection -------------------------------------------------------
 
-    def _on_outbox_ready(self) -> None:
-        """Events were applied. When the publisher waits for them with nothing in flight,
-        the first goes to paho at once, in the turn that applied it, instead of after
-        the publisher's wake-up on the loop's next turn (docs/decisions.md 136); the
-        publisher, woken as ever, awaits its PUBACK and sends the rest in order."""
-        live = self._parked
-        if live is not None and self._sent_ahead is None and live.idle:
-            self._parked = None
-            rows = self.outbox.take()
-            if rows:
-                sent, failed = 0, None
-                try:
-                    sent = int(live.send_now(f"{self.root}/events", rows[0][1], self._props))
-                except BrokerError as error:
-                    failed = error  # raised by the publisher: the connection ends
-                self._live_quiet.clear()  # an event is in flight: a replay gives way
-                self._sent_ahead = (rows, sent, failed)
-        self._outbox_wake.set()
-
     async def _publisher(self, client: aiomqtt.Client) -> None:
         outbox, topic = self.outbox, f"{self.root}/events"
         # One at a time, each after the PUBACK of the one before (module docstring).
         live = PublishWindow(client, 1, self.settings.mqtt.publish_timeout_s)
         props = self._props
         self._live_quiet.clear()  # a replay waits for this connection's backlog to go out
-        self._sent_ahead = None  # of a connection before: its rows are unpublished still
         while True:
             self._outbox_wake.clear()
-            ahead, self._sent_ahead = self._sent_ahead, None
-            rows, sent = (ahead[0], ahead[1]) if ahead is not None else (outbox.take(), 0)
-            if ahead is not None and ahead[2] is not None:
-                raise ahead[2]
+            rows = outbox.take()
             if not rows:
                 await self._publish_state(client, live)
                 self._alive()
                 if not outbox.fresh:
                     self._live_quiet.set()
-                self._parked = live  # events applied now go out at once (on_ready)
-                try:
-                    woken = await self._outbox_wake.wait(IDLE_WAKE_S)
-                finally:
-                    self._parked = None
-                if not woken:
+                if not await self._outbox_wake.wait(IDLE_WAKE_S):
                     # idle: a retained snapshot still awaiting its PUBACK gets it now, or
                     # the connection is counted as broken (publish_timeout_s), as when
                     # it was awaited at once
@@ -419,11 +387,8 @@ class MqttService:
                 continue
             last: int | None = None
             try:
-                for i, (seq, body) in enumerate(rows):
-                    if i < sent:
-                        await live.drain()  # sent ahead by on_ready: its PUBACK
-                    else:
-                        await live.publish(topic, body, props)
+                for seq, body in rows:
+                    await live.publish(topic, body, props)
                     last = seq
             finally:
                 # Mark what got its PUBACK, also when the connection broke mid-batch.

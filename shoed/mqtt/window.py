@@ -69,25 +69,6 @@ class PublishWindow:
         """Hand one QoS 1 message to paho, once fewer than `size` await their PUBACK."""
         if len(self._awaited) >= self.size or self._lost is not None:
             await self._wait_below(self.size)
-        self._hand(topic, payload, properties, retain)
-
-    def send_now(self, topic: str, payload: str | bytes, properties: Properties | None,
-                 retain: bool = False) -> bool:
-        """Hand one QoS 1 message to paho now, if fewer than `size` await their PUBACK
-        and the connection stands; False (nothing sent) if not. BrokerError if paho
-        refused it."""
-        if len(self._awaited) >= self.size or self._lost is not None:
-            return False
-        self._hand(topic, payload, properties, retain)
-        return True
-
-    @property
-    def idle(self) -> bool:
-        """Nothing awaits its PUBACK and the connection stands."""
-        return not self._awaited and self._lost is None
-
-    def _hand(self, topic: str, payload: str | bytes, properties: Properties | None,
-              retain: bool) -> None:
         info = self._paho.publish(topic, payload, 1, retain, properties)
         if info.rc != MQTT_ERR_SUCCESS:
             raise BrokerError(f"could not publish on {topic}: paho rc {info.rc}")
