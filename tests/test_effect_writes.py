@@ -132,7 +132,10 @@ async def test_an_effect_left_waiting_is_written_by_the_next_pubacks_or_a_stop(
     outbox.take()
     outbox.acked(third)  # waits
     assert outbox.dirty
-    recorder.close()  # a stop writes what waits
+    recorder.close()  # a stop writes what waits, and no timer writes after it
+    assert not outbox.dirty
+    await asyncio.sleep(rec.EFFECT_WRITE_DELAY_S + 0.05)
+    assert recorder.status.storage_ok  # nothing tried the closed journal
     journal = Journal(tmp_path / "state")
     assert journal.unpublished() == [] and journal.event_range() == (first, third)
     journal.close()

@@ -371,14 +371,19 @@ class Recorder:
             self.log.error("journal_corrupt", path=str(self.journal.path), problems=found)
 
     def close(self) -> None:
-        """The pending effect and a snapshot covering every applied input, then close."""
+        """The pending effect and a snapshot covering every applied input, then close
+        (the effect timer cancelled: nothing writes to the closed journal after)."""
+        if self._effects_timer is not None:
+            self._effects_timer.cancel()
+            self._effects_timer = None
         if self.status.storage_ok:
             try:
                 with self.journal.transaction():
-                    self._effects_in_transaction()
+                    written = self._effects_in_transaction()
                     last = self.journal.last_input_id()
                     if last:
                         self.journal.save_snapshot(last, self.engine.snapshot())
+                self._effects_written(*written)
             except StorageError as error:
                 self.log.warning("final_snapshot_failed", error=str(error))
         self.journal.close()
