@@ -188,3 +188,32 @@ async def test_a_rolled_back_step_forgets_its_events_for_the_outbox_too(
     outbox.rollback(mark)
     assert outbox.newest_seq == seq and outbox.fresh == [] and outbox.take() == []
     recorder.close()
+
+
+@asynctest
+async def test_an_unreadable_journal_sends_nothing_rather_than_out_of_order(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Older events unpublished on disk and a newer one in memory, the journal unreadable:
+    the newer one must not go first (its PUBACK's mark would cover the older ones)."""
+    from shoed.store.journal import StorageError
+
+    recorder, _ = _open(tmp_path)
+    outbox = recorder.outbox
+    for n in (1, 2):
+        _card_like(recorder, n)
+    recorder.write_effects()  # events 1 and 2 on disk, unpublished
+    outbox.fresh.clear()  # as after a start: the outbox has read nothing yet
+    third = _card_like(recorder, 3)
+
+    def unreadable(*args: object) -> Any:
+        raise StorageError("journal: disk I/O error")
+
+    monkeypatch.setattr(recorder.journal, "unpublished", unreadable)
+    monkeypatch.setattr(recorder.journal, "transaction", unreadable)  # the effect too
+    assert outbox.take() == []
+    assert [row[0] for row in outbox.unwritten] == [third]
+    monkeypatch.undo()
+    recorder.status.set(storage_ok=True, storage_error=None)
+    outbox.fresh.append((third, ""))  # still not following a published one
+    assert [seq for seq, _ in outbox.take()] == [1, 2, 3]
+    recorder.close()
