@@ -57,13 +57,19 @@ def _card_like(recorder: rec.Recorder, seq: int) -> int:
     return recorder.engine.seq
 
 
+def _through(recorder: rec.Recorder, n: int) -> int:
+    """One recorded input, taken by the publisher alone, then its PUBACK: its event."""
+    seq = _card_like(recorder, n)
+    assert [s for s, _ in recorder.outbox.take()] == [seq]
+    recorder.outbox.acked(seq)
+    return seq
+
+
 async def _warm(recorder: rec.Recorder) -> int:
     """A first event through: the outbox's first look reads the journal (and writes the
     effect), then the PUBACK, whose mark the coalescing timer writes; then a pause as
     long as the coalescing."""
-    seq = _card_like(recorder, 1)
-    assert [s for s, _ in recorder.outbox.take()] == [seq]
-    recorder.outbox.acked(seq)
+    seq = _through(recorder, 1)
     assert recorder.outbox.dirty  # the mark, after the write the take made
     await asyncio.sleep(rec.EFFECT_COALESCE_S + 0.02)
     assert not recorder.outbox.dirty
@@ -125,12 +131,8 @@ async def test_an_effect_left_waiting_is_written_by_the_next_pubacks_or_a_stop(
     recorder, _ = _open(tmp_path)
     outbox = recorder.outbox
     first = await _warm(recorder)
-    second = _card_like(recorder, 2)
-    outbox.take()
-    outbox.acked(second)  # written at once
-    third = _card_like(recorder, 3)
-    outbox.take()
-    outbox.acked(third)  # waits
+    _through(recorder, 2)  # written at once
+    third = _through(recorder, 3)  # waits
     assert outbox.dirty
     recorder.close()  # a stop writes what waits, and no timer writes after it
     assert not outbox.dirty
@@ -148,12 +150,8 @@ async def test_taking_from_an_outbox_with_nothing_new_reads_and_writes_nothing(
     outbox = recorder.outbox
     assert outbox.take() == []  # the first look reads the journal (a backlog may be there)
     await _warm(recorder)
-    seq = _card_like(recorder, 2)
-    outbox.take()
-    outbox.acked(seq)
-    second = _card_like(recorder, 3)  # its effect waits (the write above is recent)
-    outbox.take()
-    outbox.acked(second)
+    _through(recorder, 2)
+    _through(recorder, 3)  # its effect waits (the write above is recent)
     assert outbox.dirty
 
     def no_read(*args: object) -> Any:
@@ -180,9 +178,7 @@ async def test_a_rolled_back_step_forgets_its_events_for_the_outbox_too(
         tmp_path: pathlib.Path) -> None:
     recorder, _ = _open(tmp_path)
     outbox = recorder.outbox
-    seq = _card_like(recorder, 1)
-    outbox.take()
-    outbox.acked(seq)
+    seq = _through(recorder, 1)
     mark = outbox.mark()
     outbox.add(seq + 1, "x", "alarm", "{}")
     outbox.rollback(mark)

@@ -98,16 +98,12 @@ class Outbox:
         self.flush()
         try:
             rows = self.journal.unpublished(limit)
+            self.newest_seq = max(self.newest_seq, self.journal.event_range()[1])
         except StorageError:
             # What is on disk is unknown: sending the events in memory could put them
             # ahead of older unpublished ones (and their marks would cover those). Nothing
             # goes out until the journal can be read again (the publisher looks again).
             return []
-        try:
-            self.newest_seq = max(self.newest_seq, self.journal.event_range()[1])
-        except StorageError:
-            self.newest_seq = max(self.newest_seq, rows[-1][0] if rows else 0,
-                                  self.acked_seq + 1)  # unknown: look again next time
         if len(rows) < limit:
             after = rows[-1][0] if rows else self.acked_seq
             rows += [(seq, body) for seq, _, _, body in self.unwritten if seq > after]

@@ -90,7 +90,7 @@ class Recorder:
         self._inputs_since_snapshot = 0
         self._last_applied_input = 0
         self._effects_timer: asyncio.TimerHandle | None = None
-        self._effects_at = -EFFECT_COALESCE_S  # monotonic time of the last effect write
+        self._effects_at = -EFFECT_COALESCE_S  # monotonic time of the last effect written
         self._last_prune: float | None = None
         self._pruning = False  # the last prune stopped at its batch limit: more to drop
 
@@ -249,6 +249,7 @@ class Recorder:
 
     def _effects_written(self, rows: int, marked: int, snapshot: bool) -> None:
         self.outbox.written(rows, marked)
+        self._effects_at = time.monotonic()  # whichever transaction carried it
         if snapshot:
             self._inputs_since_snapshot = 0
 
@@ -278,7 +279,6 @@ class Recorder:
             with self.journal.transaction():
                 written = self._effects_in_transaction()
             self._effects_written(*written)
-            self._effects_at = time.monotonic()
             self.journal.checkpoint_if_due()  # after the publish: nothing waits on it
         except StorageError as error:
             self._failed(str(error))
