@@ -8,7 +8,7 @@ import pathlib
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shoed.store.journal import Journal
+from shoed.store.journal import SCHEMA_VERSION, Journal
 
 
 def test_new_journal_uses_small_pages_and_no_checkpoint_inside_commits(
@@ -129,7 +129,7 @@ def test_schema_3_journal_is_migrated_with_its_dedup_and_a_partial_outbox_index(
         """)
     journal = Journal(state)
     conn = journal._conn()
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 4
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     assert journal.instance_id == "old3" and journal.dedup() == "[4242, 17]"
     index = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'events_unpublished'"
                          ).fetchone()[0]

@@ -30,6 +30,9 @@ import sqlite3
 import struct
 from dataclasses import dataclass
 
+from .records import RECORDS_NAME, RecordLogError
+from .records import inspect as inspect_records
+
 DB_NAME = "journal.sqlite3"
 ID_NAME = "journal.id"  # the instance id of the journal this directory holds
 DAMAGED_NAME = "journal.damaged"  # a refusal that must outlive SQLite's recovery
@@ -189,10 +192,11 @@ def record_damage(directory: pathlib.Path, problem: str) -> None:
 
 
 def move_aside(directory: pathlib.Path) -> pathlib.Path | None:
-    """Move the journal's files (database, log, index, id, damage record) into a new
+    """Move the journal's files (database, log, index, record log, id, damage record) into a new
     `damaged-<UTC time>` directory beside them; never delete. Returns where (None if
     there was nothing to move)."""
-    names = [DB_NAME, DB_NAME + "-wal", DB_NAME + "-shm", ID_NAME, DAMAGED_NAME]
+    names = [DB_NAME, DB_NAME + "-wal", DB_NAME + "-shm", RECORDS_NAME, ID_NAME,
+             DAMAGED_NAME]
     present = [n for n in names if (directory / n).exists() or (directory / n).is_symlink()]
     if not present:
         return None
@@ -238,16 +242,30 @@ def check_journal(path: pathlib.Path) -> tuple[bool, list[str]]:
             low, high = conn.execute("SELECT MIN(seq), MAX(seq) FROM events").fetchone()
             unpublished = conn.execute("SELECT COUNT(*) FROM events WHERE published = 0"
                                        ).fetchone()[0]
+            newest = max(int(v or 0) for v in conn.execute(
+                "SELECT (SELECT MAX(id) FROM inputs), (SELECT MAX(input_id) FROM snapshots)"
+            ).fetchone())
         finally:
             conn.close()
     except sqlite3.Error as error:
         return False, [f"{db}: {error}"]
     meta = found.meta
+    try:
+        owner, entries = inspect_records(db.parent / RECORDS_NAME)
+    except RecordLogError as error:
+        return False, [str(error)]
+    if owner is not None and owner != meta.get("instance_id"):
+        return False, [f"{db.parent / RECORDS_NAME} belongs to journal instance {owner!r}, "
+                       f"not {meta.get('instance_id')!r}: a foreign file"]
+    waiting = [e for e in entries
+               if (e.inputs[0][0] > newest if e.inputs else e.after >= newest)]
     running = _holder(db.parent)
     last_stop = ("not clean" if not found.clean else "clean") + (
         f" (in use now by pid {running})" if running else "")
     return True, [f"{db}: OK (SQLite's integrity_check: ok)",
                   f"instance {meta.get('instance_id')}", f"schema version {found.version}",
                   f"events seq {low or 0}..{high or 0}, {unpublished} not yet published",
+                  f"record log: {len(waiting)} frame(s), "
+                  f"{sum(len(e.inputs) for e in waiting)} input(s) not yet in the database",
                   f"last stop {last_stop}",
                   f"uptime {float(meta.get('uptime', 0)):.0f} s"]

@@ -47,6 +47,7 @@ from .check import (
     read_wal_index,
     record_damage,
 )
+from .records import RECORDS_NAME, Entry, RecordLog, RecordLogError
 from .uptime import Uptime
 
 CACHE_KIB = 256  # SQLite's page cache per connection (its default: 2 000 KiB)
@@ -55,8 +56,10 @@ CACHE_KIB = 256  # SQLite's page cache per connection (its default: 2 000 KiB)
 # user_version at 0); 2: `created_up`, the uptime at which an event or answer was written;
 # 3: answers keyed by (sender, request_id), with the command's fingerprint; 4: the link's
 # dedup state on the input row of the frame that moved it (`inputs.dedup`), and the
-# outbox index partial (only unpublished events are in it).
-SCHEMA_VERSION = 4
+# outbox index partial (only unpublished events are in it); 5: the record log
+# (`journal.records`, shoed/store/records.py) in front of the database, which an older
+# shoed would not read (so it refuses the journal rather than lose what is only there).
+SCHEMA_VERSION = 5
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
@@ -290,10 +293,14 @@ class Journal:
         self._checking: sqlite3.Connection | None = None  # integrity_check's own
         self._uptime: Uptime | None = None
         self._uptime_saved_at = 0.0
+        self._records: RecordLog | None = None
+        self._pending: list[Entry] = []  # recorded in the log, not yet in the database
+        self._next_input_id = 1
         self.moved_aside: pathlib.Path | None = None
         self.damage: list[str] = []
         self.was_clean = False  # the last stop closed the journal (clean_stop = 1)
         self.quick_checked = False  # SQLite's quick_check ran at this open
+        self.recovered_records = 0  # record log entries the database lacked at this open
         self._lock_fd: int | None = lock_state_dir(directory)
         try:
             try:
@@ -369,7 +376,8 @@ class Journal:
                 db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             elif version < SCHEMA_VERSION:
                 steps = ((MIGRATE_FROM_1 if version < 2 else "")
-                         + (MIGRATE_FROM_2 if version < 3 else "") + MIGRATE_FROM_3)
+                         + (MIGRATE_FROM_2 if version < 3 else "")
+                         + (MIGRATE_FROM_3 if version < 4 else ""))
                 db.executescript(f"BEGIN; {steps} "
                                  f"PRAGMA user_version={SCHEMA_VERSION}; COMMIT;")
         except (sqlite3.Error, OSError) as error:
@@ -383,6 +391,40 @@ class Journal:
         self.instance_id = meta.get("instance_id") or self._new_instance()
         if not marker.exists():
             _write_id(self.directory, self.instance_id)
+        self._open_records(meta)
+
+    def _open_records(self, meta: dict[str, str]) -> None:
+        """Open the record log and take in what the database lacks of it (a stop that was
+        not clean, after an ACK): those entries are written by the first transaction,
+        the one that follows in __init__."""
+        path = self.directory / RECORDS_NAME
+        if meta.get("records") == "1" and not self.was_clean and not path.exists():
+            raise self._damaged(
+                f"the record log {path} is missing after a stop that was not clean: frames "
+                f"the shoe was told were recorded may be gone")
+        try:
+            self._records = RecordLog(path, self.instance_id)
+            os.chmod(path, 0o640)
+        except RecordLogError as error:
+            raise self._damaged(str(error)) from error
+        except OSError as error:
+            raise StorageError(f"record log {path}: {error.strerror}") from error
+        newest = self._newest_input_id()
+        self._pending = [entry for entry in self._records.entries
+                         if (entry.inputs[0][0] > newest if entry.inputs
+                             else entry.after >= newest)]
+        self._next_input_id = max([newest] + [e.last_id for e in self._pending]) + 1
+        self.recovered_records = len(self._pending)
+        if meta.get("records") != "1":
+            with self.transaction():
+                self.set_meta("records", "1")
+
+    def _newest_input_id(self) -> int:
+        """The newest input id the database has held (a snapshot's deletes never take the
+        newest inputs)."""
+        row = self._run("SELECT (SELECT MAX(id) FROM inputs), "
+                        "(SELECT MAX(input_id) FROM snapshots)").fetchone()
+        return max(int(row[0] or 0), int(row[1] or 0))
 
     def _validate(self) -> tuple[dict[str, str], set[str], int]:
         found = validate(self.path)
@@ -396,6 +438,9 @@ class Journal:
         return instance
 
     def _close_db(self) -> None:
+        if self._records is not None:
+            self._records.close()
+            self._records = None
         if self._db is not None:
             with suppress(sqlite3.Error):
                 self._db.close()
@@ -429,10 +474,17 @@ class Journal:
         Every commit is fsynced, also those that could be derived again: the wal-index
         (`-shm`) then never counts a frame that is not on disk, which is what lets
         check.frames_lost() tell a damaged log from a power cut (docs/performance.md,
-        "tried and not kept")."""
+        "tried and not kept").
+
+        The record log's entries not yet in the database go in first; once it commits,
+        the log's space is reused."""
+        next_input_id = self._next_input_id
+        flushed = len(self._pending)
         try:
             self._conn().execute("BEGIN IMMEDIATE")
             self._in_tx = True
+            if flushed:
+                self._write_pending()
             yield
             if (self._uptime is not None
                     and self._monotonic() - self._uptime_saved_at >= UPTIME_SAVE_EVERY_S):
@@ -441,12 +493,59 @@ class Journal:
             self._commits_since_checkpoint += 1
         except sqlite3.Error as error:
             self._rollback()
+            self._next_input_id = next_input_id
             raise StorageError(f"journal write failed: {error}") from error
         except BaseException:
             self._rollback()
+            self._next_input_id = next_input_id
             raise
         finally:
             self._in_tx = False
+        if flushed:
+            del self._pending[:flushed]
+            if not self._pending and self._records is not None:
+                self._records.reuse()
+
+    def _write_pending(self) -> None:
+        """The record log's entries into the database: input rows with their ids, the
+        dedup state on each frame's last (in meta for a frame without inputs, the last)."""
+        rows: list[tuple[int, float, str, str | None]] = []
+        for entry in self._pending:
+            last = len(entry.inputs) - 1
+            rows += [(input_id, at, body, entry.dedup if k == last else None)
+                     for k, (input_id, at, body) in enumerate(entry.inputs)]
+        try:
+            self._conn().executemany(
+                "INSERT INTO inputs(id, at, body, dedup) VALUES(?, ?, ?, ?)", rows)
+        except sqlite3.Error as error:
+            raise StorageError(f"journal: {error}") from error
+        tail = self._pending[-1]
+        if not tail.inputs:
+            self.set_meta("dedup", json.dumps([tail.after, tail.dedup]))
+
+    @property
+    def pending(self) -> int:
+        """Entries of the record log the database does not hold yet."""
+        return len(self._pending)
+
+    def record(self, inputs: list[tuple[float, str]], dedup: str) -> list[int]:
+        """A device frame's record, before its ACK: its inputs ((at, body), in order) and
+        the link's dedup state, as one entry of the record log, written and fdatasynced;
+        their ids. The next transaction copies it into the database. Raises
+        StorageError (nothing recorded) when it cannot be written."""
+        if self._in_tx or self._records is None:
+            raise StorageError("journal: a record cannot be written inside a transaction "
+                               "or with the journal closed")
+        first = self._next_input_id
+        rows = tuple((first + k, at, body) for k, (at, body) in enumerate(inputs))
+        try:
+            self._records.append(rows, first - 1, dedup)
+        except OSError as error:
+            raise StorageError(f"record log {self._records.path}: {error.strerror}"
+                               ) from error
+        self._next_input_id = first + len(rows)
+        self._pending.append(Entry(rows, first - 1, dedup))
+        return [row[0] for row in rows]
 
     def _save_uptime(self) -> None:
         if self._uptime is not None:
@@ -535,12 +634,14 @@ class Journal:
     # -- inputs, snapshots ---------------------------------------------------------------
 
     def add_input(self, at: float, body: str, dedup: str | None = None) -> int:
-        """An input; `dedup`: the link's dedup state after the frame it came from (on the
-        frame's last input), in the same row: the record before an ACK writes one page
-        fewer than with it in meta (docs/performance.md)."""
-        cursor = self._run("INSERT INTO inputs(at, body, dedup) VALUES(?, ?, ?)",
-                           (at, body, dedup))
-        return int(cursor.lastrowid or 0)
+        """An input (in a transaction), after every recorded one; `dedup`: the link's
+        dedup state after the frame it came from (on the frame's last input), in the
+        same row: one page fewer than with it in meta (docs/performance.md)."""
+        input_id = self._next_input_id
+        self._run("INSERT INTO inputs(id, at, body, dedup) VALUES(?, ?, ?, ?)",
+                  (input_id, at, body, dedup))
+        self._next_input_id = input_id + 1
+        return input_id
 
     def set_dedup(self, dedup: str) -> None:
         """The dedup state when a frame brought no input: in meta, with the newest input's
@@ -554,7 +655,10 @@ class Journal:
         return None if row is None else (int(row[0]), str(row[1]))
 
     def dedup(self) -> str | None:
-        """The newest dedup state recorded: an input row's, or meta's when that is newer."""
+        """The newest dedup state recorded: the record log's not yet in the database, an
+        input row's, or meta's when that is newer."""
+        if self._pending:
+            return self._pending[-1].dedup
         row = self._newest_dedup_row()
         kept = self.meta("dedup")
         if kept is not None:
@@ -593,8 +697,8 @@ class Journal:
             yield int(row[0]), str(row[1])
 
     def last_input_id(self) -> int:
-        row = self._run("SELECT MAX(id) FROM inputs").fetchone()
-        return int(row[0] or 0)
+        """The newest input's id (in the record log or the database)."""
+        return self._next_input_id - 1
 
     # -- events (the outbox) ----------------------------------------------------------------
 

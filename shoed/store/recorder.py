@@ -2,9 +2,10 @@
 
 Three kinds of writes, by what they protect:
 
-* the record (fsynced): a device frame's inputs and the link's dedup state (on the
-  frame's last input row), before its ACK (:meth:`Recorder.record`); a command with its
-  events and answer, before the answer (:meth:`Recorder.commit`);
+* the record (fsynced): a device frame's inputs and the link's dedup state, one entry of
+  the record log, before its ACK (:meth:`Recorder.record`; shoed/store/records.py), copied
+  into the database by the next transaction; a command with its events and answer,
+  before the answer (:meth:`Recorder.commit`);
 * the effect (fsynced after the publish): the events a recorded device input produced,
   publish marks and snapshots (:meth:`Recorder.write_effects`). All of it can be derived
   again from the record: :meth:`Recorder.open` replays recorded inputs and inserts the
@@ -123,7 +124,8 @@ class Recorder:
         recorder = cls(journal, engine, status, settings.state.snapshot_every, log)
         dedup = recorder.dedup()
         log.info("journal_restored", path=str(journal.path), snapshot_input=after,
-                 replayed_inputs=replayed, events_recovered=last_event - recovered,
+                 replayed_inputs=replayed, records_recovered=journal.recovered_records,
+                 events_recovered=last_event - recovered,
                  seq=engine.seq, outbox=journal.outbox_depth(), dedup_boot_id=dedup.boot_id,
                  dedup_last_seq=dedup.last_seq, shoe_state=engine.public_state()["shoe_state"])
         return recorder
@@ -151,14 +153,15 @@ class Recorder:
     # -- a device frame: record, (ACK), apply ----------------------------------------------
 
     def record(self, inputs: list[Input], dedup: DedupState) -> list[tuple[int, Input]] | None:
-        """The frame's inputs and the new dedup state in one fsynced transaction; the
-        recorded inputs with their ids, or None when storage failed (no ACK then)."""
+        """The frame's inputs and the new dedup state in one fdatasynced write (the record
+        log); the recorded inputs with their ids, or None when storage failed (no ACK
+        then). The effect write (or any transaction) copies them into the database."""
         if not self.status.storage_ok and not self.retry():
             return None
-        journal = self.journal
         try:
-            with journal.transaction():
-                recorded = list(zip(self._add_inputs(inputs, dedup), inputs, strict=True))
+            ids = self.journal.record([(inp.at, inp.model_dump_json()) for inp in inputs],
+                                      dedup_json(dedup))
+            recorded = list(zip(ids, inputs, strict=True))
         except StorageError as error:
             self._failed(str(error))
             return None
@@ -172,7 +175,7 @@ class Recorder:
         outputs = [self._apply(input_id, inp) for input_id, inp in recorded]
         for out in outputs:
             self._hand_over(out)
-        if self.outbox.unwritten and self._effects_timer is None:
+        if (self.outbox.unwritten or self.journal.pending) and self._effects_timer is None:
             self._effects_timer = asyncio.get_running_loop().call_later(
                 EFFECT_WRITE_DELAY_S, self.write_effects)
         return outputs
@@ -268,7 +271,7 @@ class Recorder:
         if self._effects_timer is not None:
             self._effects_timer.cancel()
             self._effects_timer = None
-        if not self.outbox.dirty:
+        if not self.outbox.dirty and not self.journal.pending:
             return True
         if not self.status.storage_ok and not self.retry():
             return False  # the retry's own transaction wrote the effect when it succeeded

@@ -1,0 +1,211 @@
+"""The record log in front of the database (shoed/store/records.py): a device frame's
+record made durable with one write before its ACK, copied into the database by the next
+transaction, and taken back in by a start after a stop that was not clean."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shoed.store import records
+from shoed.store.check import check_journal
+from shoed.store.journal import Journal, JournalDamaged, StorageError
+from shoed.store.records import HEADER, RECORDS_NAME, RecordLog, read_entries
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def abandon(journal: Journal) -> None:
+    """Stop as a kill -9 would: no closing transaction, the files left as they are."""
+    journal._close_db()
+    journal._unlock()
+
+
+def inputs_of(journal: Journal) -> list[tuple[int, str, str | None]]:
+    return [(int(r[0]), str(r[1]), r[2]) for r in journal._conn().execute(
+        "SELECT id, body, dedup FROM inputs ORDER BY id")]
+
+
+def test_a_record_is_fdatasynced_before_it_returns_and_is_not_in_the_database_yet(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    journal = Journal(tmp_path / "state")
+    synced: list[int] = []
+    real = os.fdatasync
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (synced.append(fd), real(fd))[1])
+    ids = journal.record([(1.0, '{"a": 1}'), (1.0, '{"b": 2}')], "[7, 1]")
+    assert ids == [1, 2] and len(synced) == 1  # one write, one fdatasync, for the frame
+    assert inputs_of(journal) == [] and journal.pending == 1
+    assert journal.dedup() == "[7, 1]" and journal.last_input_id() == 2
+    with journal.transaction():  # any transaction copies it in first
+        journal.set_meta("x", "y")
+    assert inputs_of(journal) == [(1, '{"a": 1}', None), (2, '{"b": 2}', "[7, 1]")]
+    assert journal.pending == 0 and journal.dedup() == "[7, 1]"
+
+
+def test_a_killed_writer_loses_no_record_and_the_next_start_takes_them_in(
+        tmp_path: pathlib.Path) -> None:
+    state = tmp_path / "state"
+    script = (
+        "import os, pathlib, sys\n"
+        "from shoed.store.journal import Journal\n"
+        "j = Journal(pathlib.Path(sys.argv[1]))\n"
+        "for i in range(5):\n"
+        "    j.record([(float(i), '{\"card\": %d}' % i)], '[9, %d]' % i)\n"
+        "with j.transaction():\n"  # the first five reach the database
+        "    pass\n"
+        "for i in range(5, 8):\n"
+        "    j.record([(float(i), '{\"card\": %d}' % i)], '[9, %d]' % i)\n"
+        "j.record([], '[9, 8]')\n"  # a heartbeat: the dedup state alone
+        "os._exit(0)\n")  # as kill -9 leaves it: three frames and a heartbeat in the log
+    subprocess.run([sys.executable, "-c", script, str(state)], check=True, cwd=ROOT)
+    journal = Journal(state)
+    assert journal.recovered_records == 4
+    assert [(i, json.loads(b)["card"]) for i, b, _ in inputs_of(journal)] == [
+        (i + 1, i) for i in range(8)]
+    assert journal.dedup() == "[9, 8]" and journal.last_input_id() == 8
+    assert journal.record([(9.0, "{}")], "[9, 9]") == [9]  # ids go on after them
+    journal.close()
+    again = Journal(state)  # a clean stop: nothing more to take in
+    assert again.recovered_records == 0 and again.last_input_id() == 9
+    assert again.dedup() == "[9, 9]"
+
+
+def test_a_torn_last_entry_is_not_read_and_what_came_before_it_is(
+        tmp_path: pathlib.Path) -> None:
+    state = tmp_path / "state"
+    journal = Journal(state)
+    journal.record([(1.0, '{"n": 1}')], "[1, 1]")
+    journal.record([(2.0, '{"n": 2}')], "[1, 2]")
+    abandon(journal)
+    path = state / RECORDS_NAME
+    data = bytearray(path.read_bytes())
+    first = read_entries(bytes(data))
+    assert len(first) == 2
+    # Tear the second entry: its last bytes never reached the disk (its ACK never left).
+    second_end = HEADER.size + 2 * records.ENTRY.size + sum(
+        len(records.encode_body(e.inputs, e.after, e.dedup)) for e in first)
+    data[second_end - 3:second_end] = b"\0\0\0"
+    path.write_bytes(bytes(data))
+    journal = Journal(state)
+    assert [b for _, b, _ in inputs_of(journal)] == ['{"n": 1}']
+    assert journal.dedup() == "[1, 1]"  # the torn frame was not accepted: it comes again
+
+
+def test_entries_of_an_earlier_generation_are_not_read_again(tmp_path: pathlib.Path) -> None:
+    """Once the database holds them, entries are written over from the start; a shorter
+    new entry leaves older ones after it, which a start must not take for new ones."""
+    state = tmp_path / "state"
+    journal = Journal(state)
+    for i in range(3):
+        journal.record([(float(i), '{"long": "' + "x" * 200 + '"}')], f"[1, {i}]")
+    with journal.transaction():
+        pass
+    journal.record([(9.0, "{}")], "[1, 9]")  # over the first of them
+    abandon(journal)
+    log = RecordLog(state / RECORDS_NAME, journal.instance_id)
+    assert [e.inputs[0][2] for e in log.entries] == ["{}"]
+    log.close()
+    journal = Journal(state)
+    assert [i for i, _, _ in inputs_of(journal)] == [1, 2, 3, 4]
+    assert journal.dedup() == "[1, 9]"
+
+
+def test_a_transaction_that_fails_keeps_the_records_for_the_next(
+        tmp_path: pathlib.Path) -> None:
+    journal = Journal(tmp_path / "state")
+    journal.record([(1.0, "{}")], "[1, 1]")
+    with pytest.raises(StorageError), journal.transaction():
+        journal._conn().execute("INSERT INTO nowhere VALUES (1)")
+    assert journal.pending == 1 and inputs_of(journal) == []
+    with journal.transaction():
+        assert journal.add_input(2.0, "{}") == 2  # a command's input, after the record
+    assert [i for i, _, _ in inputs_of(journal)] == [1, 2]
+
+
+def test_a_record_that_cannot_be_written_is_a_storage_error_and_records_nothing(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    journal = Journal(tmp_path / "state")
+
+    def fail(fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fdatasync", fail)
+    with pytest.raises(StorageError, match=r"record log .*No space left"):
+        journal.record([(1.0, "{}")], "[1, 1]")
+    monkeypatch.undo()
+    assert journal.pending == 0 and journal.last_input_id() == 0
+    assert journal.record([(1.0, "{}")], "[1, 1]") == [1]
+
+
+def test_a_foreign_or_missing_record_log_is_refused_and_moved_aside_on_request(
+        tmp_path: pathlib.Path) -> None:
+    state, other = tmp_path / "state", tmp_path / "other"
+    Journal(other).close()
+    journal = Journal(state)
+    journal.record([(1.0, "{}")], "[1, 1]")
+    abandon(journal)
+    (state / RECORDS_NAME).unlink()
+    with pytest.raises(JournalDamaged, match=r"record log .* missing after a stop that was "
+                                             r"not clean"):
+        Journal(state)
+    (other / RECORDS_NAME).rename(state / RECORDS_NAME)
+    with pytest.raises(JournalDamaged, match="belongs to journal instance"):
+        Journal(state)
+    fresh = Journal(state, new_journal=True)
+    assert fresh.moved_aside is not None
+    assert (fresh.moved_aside / RECORDS_NAME).exists()  # kept, never deleted
+    assert fresh.instance_id != journal.instance_id
+
+
+def test_check_journal_counts_the_records_not_yet_in_the_database(
+        tmp_path: pathlib.Path) -> None:
+    state = tmp_path / "state"
+    journal = Journal(state)
+    journal.record([(1.0, "{}")], "[1, 1]")
+    journal.record([(2.0, "{}"), (2.0, "{}")], "[1, 2]")
+    abandon(journal)
+    ok, lines = check_journal(state)
+    assert ok and "record log: 2 frame(s), 3 input(s) not yet in the database" in lines
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.sampled_from(["frame", "pair", "heartbeat", "commit", "command", "kill"]),
+                min_size=1, max_size=30))
+def test_whatever_the_order_of_records_commits_and_kills_every_record_stays(
+        tmp_path_factory: pytest.TempPathFactory, steps: list[str]) -> None:
+    """Every recorded input is in the database after the next start, once, in order, and
+    the dedup state is the newest recorded."""
+    state = tmp_path_factory.mktemp("j") / "state"
+    journal = Journal(state)
+    expected: list[str] = []
+    dedup = None
+    for n, step in enumerate(steps):
+        if step in ("frame", "pair", "heartbeat"):
+            bodies = {"frame": [f"f{n}"], "pair": [f"p{n}a", f"p{n}b"], "heartbeat": []}[step]
+            dedup = f"[1, {n}]"
+            journal.record([(float(n), b) for b in bodies], dedup)
+            expected += bodies
+        elif step == "commit":
+            with journal.transaction():
+                pass
+        elif step == "command":
+            with journal.transaction():
+                journal.add_input(float(n), f"c{n}")
+            expected.append(f"c{n}")
+        else:
+            abandon(journal)
+            journal = Journal(state)
+    abandon(journal)
+    journal = Journal(state)
+    rows = inputs_of(journal)
+    assert [b for _, b, _ in rows] == expected
+    assert [i for i, _, _ in rows] == list(range(1, len(expected) + 1))
+    assert journal.dedup() == dedup
+    journal.close()
