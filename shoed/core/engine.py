@@ -583,13 +583,14 @@ class Engine:
         caps = self._state.device.capabilities
         if caps is None:
             return
+        holds = active_holds(self._state.shoe)  # once for the gate and the indicator
         if caps & _GATE:
-            locked = gate_locked(self.config, self._state)
+            locked = gate_locked(self.config, self._state, holds)
             if force or locked != self._state.gate_sent:
                 self._state.gate_sent = locked
                 self._out.device.append(DeviceRequest("gate", int(locked)))
         if caps & _INDICATOR:
-            pattern = indicator(self._state)
+            pattern = indicator(self._state, holds)
             if force or pattern != self._state.indicator_sent:
                 self._state.indicator_sent = pattern
                 self._out.device.append(DeviceRequest("indicator", pattern))
@@ -950,9 +951,15 @@ class Engine:
     # -- positions -------------------------------------------------------------------------
 
     def _sync_hand(self, hand: HandState) -> None:
+        hand_no = hand.hand_no
         for card, position in zip(hand.cards, positions(hand), strict=True):
-            card.position = None if position == "surplus" else position
-            card.hand_no = hand.hand_no
+            placed = None if position == "surplus" else position
+            # Assigned only when changed: a model's __setattr__ is ~1 us, and every card
+            # of the hand passes here on every input (docs/performance.md, sixth pass).
+            if card.position != placed:
+                card.position = placed
+            if card.hand_no != hand_no:
+                card.hand_no = hand_no
             self._publish_card(card)
 
     # -- advancing ------------------------------------------------------------------------

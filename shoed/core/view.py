@@ -148,7 +148,9 @@ def active_holds(shoe: ShoeState | None) -> list[str]:
 # --- the shoe's gate and indicator ---------------------------------------------------------
 
 
-def gate_locked(config: EngineConfig, state: EngineState) -> bool:
+def gate_locked(config: EngineConfig, state: EngineState,
+                holds: list[str] | None = None) -> bool:
+    """`holds`: active_holds(state.shoe), when the caller has it already."""
     shoe = state.shoe
     if state.storage_failed:
         return True
@@ -158,15 +160,15 @@ def gate_locked(config: EngineConfig, state: EngineState) -> bool:
         return True
     if config.betting_control == "commands" and shoe.betting == "open":
         return True
-    return bool(active_holds(shoe))
+    return bool(active_holds(shoe) if holds is None else holds)
 
 
-def indicator(state: EngineState) -> int:
-    """The IndicatorPattern the shoe should show."""
+def indicator(state: EngineState, holds: list[str] | None = None) -> int:
+    """The IndicatorPattern the shoe should show (`holds`: as for gate_locked)."""
     shoe = state.shoe
     if shoe is None:
         return _OFF
-    if shoe.phase in FINISHED_PHASES or active_holds(shoe):
+    if shoe.phase in FINISHED_PHASES or (active_holds(shoe) if holds is None else holds):
         return _STOP
     hand = shoe.hand
     if hand is not None and hand.last_hand:
