@@ -201,11 +201,13 @@ def public_state(config: EngineConfig, state: EngineState) -> dict[str, Any]:
                     "detector": a.detector, "ackable": a.ackable}
                    for a in state.alarms],
         "hands_played": 0, "hands_voided": 0,
-        "gate_locked": gate_locked(config, state), "indicator": indicator(state),
     }
+    holds = hold_detail(shoe)  # once, for the gate, the indicator and the hold
+    reasons = sorted({r for r, _ in holds})
+    public["gate_locked"] = gate_locked(config, state, reasons)
+    public["indicator"] = indicator(state, reasons)
     if shoe is None:
         return public
-    holds = hold_detail(shoe)
     held = bool(holds)
     shoe_state: str = shoe.phase
     if held and shoe.phase == "dealing":
@@ -246,7 +248,6 @@ def public_state(config: EngineConfig, state: EngineState) -> dict[str, Any]:
                                "burn": pick.get("burn"), "P1": pick.get("P1"),
                                "unnecessary_count": nh.unnecessary if nh else 0}
     if held:
-        reasons = sorted({r for r, _ in holds})
         card_index = next((c.card_index for _, c in holds if c is not None), None)
         allowed = ["void_hand", "realign"]
         if any(r in ENTRY_HOLDS for r in reasons):
