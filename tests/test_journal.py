@@ -8,7 +8,9 @@ import pathlib
 from hypothesis import given
 from hypothesis import strategies as st
 
+from firmware_protocol import DedupState
 from shoed.store.journal import SCHEMA_VERSION, Journal
+from shoed.store.recorder import dedup_json
 
 
 def test_new_journal_uses_small_pages_and_no_checkpoint_inside_commits(
@@ -147,9 +149,6 @@ def test_schema_3_journal_is_migrated_with_its_dedup_and_a_partial_outbox_index(
 @given(boot=st.none() | st.integers(0, 2**32 - 1), last=st.none() | st.integers(0, 65535))
 def test_the_recorded_dedup_state_is_what_json_dumps_writes_and_reads_back(
         boot: int | None, last: int | None) -> None:
-    from firmware_protocol import DedupState
-    from shoed.store.recorder import dedup_json
-
     written = dedup_json(DedupState(boot, last))
     assert written == json.dumps([boot, last])
     assert json.loads(written) == [boot, last]

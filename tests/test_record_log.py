@@ -117,6 +117,41 @@ def test_entries_of_an_earlier_generation_are_not_read_again(tmp_path: pathlib.P
     assert journal.dedup() == "[1, 9]"
 
 
+def test_an_older_generation_at_an_entry_boundary_is_not_read(tmp_path: pathlib.Path) -> None:
+    """A new entry as long as the old one it overwrote: the next offset is exactly the old
+    second entry's, whole and of index 1; its generation tells it from a new one."""
+    state = tmp_path / "state"
+    journal = Journal(state)
+    body = '{"n": "' + "x" * 50 + '"}'
+    journal.record([(1.0, body)], "[1, 1]")
+    journal.record([(2.0, body)], "[1, 2]")
+    with journal.transaction():
+        pass
+    journal.record([(3.0, body)], "[1, 3]")  # the same length as the first
+    abandon(journal)
+    log = RecordLog(state / RECORDS_NAME, journal.instance_id)
+    assert [(e.inputs[0][0], e.dedup) for e in log.entries] == [(3, "[1, 3]")]
+    log.close()
+
+
+def test_entries_taken_in_are_not_taken_in_again(tmp_path: pathlib.Path) -> None:
+    """Once the database holds the log's entries, a start does not read them again: a
+    heartbeat's dedup state from the log must not go back over a newer one."""
+    state = tmp_path / "state"
+    journal = Journal(state)
+    journal.record([(1.0, "{}")], "[1, 1]")
+    journal.record([], "[1, 2]")  # a heartbeat
+    with journal.transaction():
+        pass
+    with journal.transaction():
+        journal.set_dedup("[2, 1]")  # newer, in the database only
+    abandon(journal)
+    journal = Journal(state)
+    assert journal.recovered_records == 0 and journal.dedup() == "[2, 1]"
+    abandon(journal)  # and a start that took some in leaves none behind either
+    assert Journal(state).dedup() == "[2, 1]"
+
+
 def test_a_transaction_that_fails_keeps_the_records_for_the_next(
         tmp_path: pathlib.Path) -> None:
     journal = Journal(tmp_path / "state")

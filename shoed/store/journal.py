@@ -3,8 +3,10 @@
 What it keeps: the inputs (so the engine can be replayed from the latest snapshot), the
 events they produced (the outbox), the link's duplicate-detection state, command
 answers, snapshots. The daemon ACKs the shoe only after the frame's inputs and the
-dedup state are committed (fsynced), and answers a command only after its input, events
-and answer are. Events derived from a recorded frame are written later, after their
+dedup state are durable: one fdatasynced entry of the record log (`record`,
+shoed/store/records.py), which the next transaction copies into the database before
+anything else; it answers a command only after its input, events and answer are
+committed (fsynced). Events derived from a recorded frame are written later, after their
 publish, in a transaction of their own (they can be derived again). Events leave the
 outbox (``published = 1``) only after the broker's PUBACK; published events stay for
 `retention_days` for `replay`.
@@ -316,9 +318,10 @@ class Journal:
                     raise StorageError(f"journal {self.path} is damaged and could not be "
                                        f"moved aside: {move_error}") from error
                 self._open()
-            with self.transaction():
+            with self.transaction():  # with the record log's entries the database lacked
                 self.set_meta("clean_stop", "0")
                 self._save_uptime()
+            self._reuse_records()  # what the file held is in the database now
         except BaseException:
             self._close_db()
             self._unlock()
@@ -503,7 +506,16 @@ class Journal:
             self._in_tx = False
         if flushed:
             del self._pending[:flushed]
-            if not self._pending and self._records is not None:
+            if not self._pending:
+                self._reuse_records()
+
+    def _reuse_records(self) -> None:
+        """After a commit that holds every entry: the log is written from its start again.
+        A failure to zero its first header is not the commit's (that is durable): at
+        worst a start reads entries again that the database has, and skips them by id;
+        the next record's own write reports a failing disk."""
+        if self._records is not None:
+            with suppress(OSError):
                 self._records.reuse()
 
     def _write_pending(self) -> None:

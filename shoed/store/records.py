@@ -189,12 +189,15 @@ class RecordLog:
         self._index += 1
 
     def reuse(self) -> None:
-        """The database holds every entry written: the next is written at the start again,
-        under a new generation (what is there is not read again)."""
-        if self._index:
-            self._generation = (self._generation + 1) & (2**64 - 1)
-            self._index = 0
-            self._offset = HEADER.size
+        """The database holds every entry in the file: the next is written at the start
+        again, under a new generation. The first entry's header is zeroed now (not
+        synced: after a kill -9 a start reads nothing; after a power cut it may read
+        entries the database has, which it skips by id), so that entries already taken
+        in are not taken in again. OSError if that cannot be written (the rest is done)."""
+        self._generation = (self._generation + 1) & (2**64 - 1)
+        self._index = 0
+        self._offset = HEADER.size
+        os.pwrite(self._fd, bytes(ENTRY.size), HEADER.size)
 
     def close(self) -> None:
         if self._fd >= 0:
