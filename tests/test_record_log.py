@@ -179,6 +179,38 @@ def test_a_record_that_cannot_be_written_is_a_storage_error_and_records_nothing(
     assert journal.record([(1.0, "{}")], "[1, 1]") == [1]
 
 
+def test_a_short_write_is_a_storage_error_and_the_next_record_goes_where_it_began(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A disk that takes half an entry (past the allocated blocks): no ACK, and nothing
+    after it is written beyond the torn bytes (a start would stop reading there)."""
+    state = tmp_path / "state"
+    journal = Journal(state)
+    real = os.pwrite
+    monkeypatch.setattr(os, "pwrite", lambda fd, data, at: real(fd, data[:len(data) // 2], at))
+    with pytest.raises(StorageError, match="short write"):
+        journal.record([(1.0, "{}")], "[1, 1]")
+    monkeypatch.undo()
+    assert journal.record([(2.0, '{"n": 2}')], "[1, 2]") == [1]
+    abandon(journal)
+    journal = Journal(state)
+    assert [b for _, b, _ in inputs_of(journal)] == ['{"n": 2}']
+    assert journal.dedup() == "[1, 2]"
+
+
+def test_a_record_log_no_record_was_written_to_is_made_again(tmp_path: pathlib.Path) -> None:
+    """A start that died while making the log (before the journal said it has one)
+    left a file that holds nothing: it is made again, not refused."""
+    state = tmp_path / "state"
+    journal = Journal(state)
+    with journal.transaction():
+        journal.set_meta("records", "0")  # as before the first start had committed it
+    abandon(journal)
+    (state / RECORDS_NAME).write_bytes(b"SHOEDREC\x01")  # half a header
+    journal = Journal(state)
+    assert journal.record([(1.0, "{}")], "[1, 1]") == [1]
+    assert journal.meta("records") == "1"
+
+
 def test_a_foreign_or_missing_record_log_is_refused_and_moved_aside_on_request(
         tmp_path: pathlib.Path) -> None:
     state, other = tmp_path / "state", tmp_path / "other"
@@ -187,9 +219,13 @@ def test_a_foreign_or_missing_record_log_is_refused_and_moved_aside_on_request(
     journal.record([(1.0, "{}")], "[1, 1]")
     abandon(journal)
     (state / RECORDS_NAME).unlink()
-    with pytest.raises(JournalDamaged, match=r"record log .* missing after a stop that was "
-                                             r"not clean"):
+    with pytest.raises(JournalDamaged, match=r"record log .* missing or empty after a stop "
+                                             r"that was not clean"):
         Journal(state)
+    (state / RECORDS_NAME).write_bytes(b"")  # emptied: refused the same way
+    with pytest.raises(JournalDamaged, match=r"missing or empty"):
+        Journal(state)
+    (state / RECORDS_NAME).unlink()
     (other / RECORDS_NAME).rename(state / RECORDS_NAME)
     with pytest.raises(JournalDamaged, match="belongs to journal instance"):
         Journal(state)

@@ -401,10 +401,15 @@ class Journal:
         not clean, after an ACK): those entries are written by the first transaction,
         the one that follows in __init__."""
         path = self.directory / RECORDS_NAME
-        if meta.get("records") == "1" and not self.was_clean and not path.exists():
+        if meta.get("records") != "1":
+            # No record was ever written to it (`records` is committed before the first):
+            # whatever is there (a start that died while making it) holds nothing.
+            with suppress(FileNotFoundError):
+                path.unlink()
+        elif not self.was_clean and (not path.exists() or path.stat().st_size == 0):
             raise self._damaged(
-                f"the record log {path} is missing after a stop that was not clean: frames "
-                f"the shoe was told were recorded may be gone")
+                f"the record log {path} is missing or empty after a stop that was not "
+                f"clean: frames the shoe was told were recorded may be gone")
         try:
             self._records = RecordLog(path, self.instance_id)
             os.chmod(path, 0o640)

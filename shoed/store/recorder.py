@@ -145,7 +145,10 @@ class Recorder:
         journal = self.journal
         kept = None if dedup is None else dedup_json(dedup)
         if kept is not None and not inputs:
-            journal.set_dedup(kept)
+            # A frame without inputs is recorded through the record log (record()); a
+            # dedup state written here alone could be gone over at the next start by a
+            # heartbeat's entry read again from the log (decisions.md 137).
+            raise ValueError("a dedup state is committed only with the frame's inputs")
         last = len(inputs) - 1
         return [journal.add_input(inp.at, inp.model_dump_json(), kept if i == last else None)
                 for i, inp in enumerate(inputs)]

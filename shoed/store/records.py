@@ -32,6 +32,7 @@ not at all.
 
 from __future__ import annotations
 
+import errno
 import os
 import pathlib
 import secrets
@@ -153,7 +154,7 @@ class RecordLog:
 
     def _make(self) -> None:
         """A new file: its header and allocated blocks, fsynced, and the directory."""
-        os.pwrite(self._fd, self._header() + bytes(PREALLOCATE - HEADER.size), 0)
+        _write_all(self._fd, self._header() + bytes(PREALLOCATE - HEADER.size), 0)
         os.fsync(self._fd)
         directory = os.open(self.path.parent, os.O_RDONLY)
         try:
@@ -183,7 +184,7 @@ class RecordLog:
         body = encode_body(inputs, after, dedup)
         tail = struct.pack("<QI", self._generation, self._index) + body
         entry = struct.pack("<II", len(body), zlib.crc32(tail)) + tail
-        os.pwrite(self._fd, entry, self._offset)
+        _write_all(self._fd, entry, self._offset)
         os.fdatasync(self._fd)
         self._offset += len(entry)
         self._index += 1
@@ -203,6 +204,14 @@ class RecordLog:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+
+def _write_all(fd: int, data: bytes, offset: int) -> None:
+    """pwrite all of `data` or raise OSError: a short write (a full disk, past the
+    allocated blocks) must not pass for a record."""
+    written = os.pwrite(fd, data, offset)
+    if written != len(data):
+        raise OSError(errno.ENOSPC, f"short write: {written} of {len(data)} bytes")
 
 
 def inspect(path: pathlib.Path) -> tuple[str | None, list[Entry]]:
