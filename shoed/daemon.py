@@ -1,13 +1,14 @@
 """`shoed run`: builds the rooms, runs their supervised tasks, stops them.
 
 The order of things for every frame from the shoe (spec section 3, durability rule):
-decode -> engine input(s) -> one fsynced journal transaction (inputs, dedup state) ->
-ACK -> engine -> events to the publisher -> PUBACK -> their outbox rows (fsynced then,
-where no card waits; a crash before them regenerates them from the record, same seq and
-event_id). For every command: validate -> one fsynced transaction (input, events,
-answer) -> answer. An event counts as delivered only after the broker's PUBACK, so a
-dead broker, a kill -9 or a noisy line loses nothing and applies nothing twice
-(docs/decisions.md 28). docs/architecture.md draws the rooms and a card's way.
+decode -> engine input(s) -> one fdatasynced entry of the record log (inputs, dedup
+state; the next journal transaction copies it into SQLite) -> ACK -> engine -> events
+to the publisher -> PUBACK -> their outbox rows (fsynced then, where no card waits; a
+crash before them regenerates them from the record, same seq and event_id). For every
+command: validate -> one fsynced transaction (input, events, answer) -> answer. An
+event counts as delivered only after the broker's PUBACK, so a dead broker, a kill -9
+or a noisy line loses nothing and applies nothing twice (docs/decisions.md 28).
+docs/architecture.md draws the rooms and a card's way.
 """
 
 from __future__ import annotations
