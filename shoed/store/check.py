@@ -30,7 +30,7 @@ import sqlite3
 import struct
 from dataclasses import dataclass
 
-from .records import RECORDS_NAME, RecordLogError
+from .records import NEWEST_INPUT_SQL, RECORDS_NAME, RecordLogError, not_in_database
 from .records import inspect as inspect_records
 
 DB_NAME = "journal.sqlite3"
@@ -242,23 +242,17 @@ def check_journal(path: pathlib.Path) -> tuple[bool, list[str]]:
             low, high = conn.execute("SELECT MIN(seq), MAX(seq) FROM events").fetchone()
             unpublished = conn.execute("SELECT COUNT(*) FROM events WHERE published = 0"
                                        ).fetchone()[0]
-            newest = max(int(v or 0) for v in conn.execute(
-                "SELECT (SELECT MAX(id) FROM inputs), (SELECT MAX(input_id) FROM snapshots)"
-            ).fetchone())
+            newest = max(int(v or 0) for v in conn.execute(NEWEST_INPUT_SQL).fetchone())
         finally:
             conn.close()
     except sqlite3.Error as error:
         return False, [f"{db}: {error}"]
     meta = found.meta
     try:
-        owner, entries = inspect_records(db.parent / RECORDS_NAME)
+        waiting = not_in_database(
+            inspect_records(db.parent / RECORDS_NAME, meta.get("instance_id", "")), newest)
     except RecordLogError as error:
         return False, [str(error)]
-    if owner is not None and owner != meta.get("instance_id"):
-        return False, [f"{db.parent / RECORDS_NAME} belongs to journal instance {owner!r}, "
-                       f"not {meta.get('instance_id')!r}: a foreign file"]
-    waiting = [e for e in entries
-               if (e.inputs[0][0] > newest if e.inputs else e.after >= newest)]
     running = _holder(db.parent)
     last_stop = ("not clean" if not found.clean else "clean") + (
         f" (in use now by pid {running})" if running else "")

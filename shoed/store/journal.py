@@ -49,7 +49,14 @@ from .check import (
     read_wal_index,
     record_damage,
 )
-from .records import RECORDS_NAME, Entry, RecordLog, RecordLogError
+from .records import (
+    NEWEST_INPUT_SQL,
+    RECORDS_NAME,
+    Entry,
+    RecordLog,
+    RecordLogError,
+    not_in_database,
+)
 from .uptime import Uptime
 
 CACHE_KIB = 256  # SQLite's page cache per connection (its default: 2 000 KiB)
@@ -417,22 +424,14 @@ class Journal:
             raise self._damaged(str(error)) from error
         except OSError as error:
             raise StorageError(f"record log {path}: {error.strerror}") from error
-        newest = self._newest_input_id()
-        self._pending = [entry for entry in self._records.entries
-                         if (entry.inputs[0][0] > newest if entry.inputs
-                             else entry.after >= newest)]
+        row = self._run(NEWEST_INPUT_SQL).fetchone()
+        newest = max(int(row[0] or 0), int(row[1] or 0))
+        self._pending = not_in_database(self._records.entries, newest)
         self._next_input_id = max([newest] + [e.last_id for e in self._pending]) + 1
         self.recovered_records = len(self._pending)
         if meta.get("records") != "1":
             with self.transaction():
                 self.set_meta("records", "1")
-
-    def _newest_input_id(self) -> int:
-        """The newest input id the database has held (a snapshot's deletes never take the
-        newest inputs)."""
-        row = self._run("SELECT (SELECT MAX(id) FROM inputs), "
-                        "(SELECT MAX(input_id) FROM snapshots)").fetchone()
-        return max(int(row[0] or 0), int(row[1] or 0))
 
     def _validate(self) -> tuple[dict[str, str], set[str], int]:
         found = validate(self.path)
@@ -531,14 +530,12 @@ class Journal:
             last = len(entry.inputs) - 1
             rows += [(input_id, at, body, entry.dedup if k == last else None)
                      for k, (input_id, at, body) in enumerate(entry.inputs)]
-        try:
-            self._conn().executemany(
-                "INSERT INTO inputs(id, at, body, dedup) VALUES(?, ?, ?, ?)", rows)
-        except sqlite3.Error as error:
-            raise StorageError(f"journal: {error}") from error
+        # Inside transaction(), which turns an sqlite3.Error into StorageError.
+        self._conn().executemany(
+            "INSERT INTO inputs(id, at, body, dedup) VALUES(?, ?, ?, ?)", rows)
         tail = self._pending[-1]
         if not tail.inputs:
-            self.set_meta("dedup", json.dumps([tail.after, tail.dedup]))
+            self.set_dedup(tail.dedup, after=tail.after)
 
     @property
     def pending(self) -> int:
@@ -660,10 +657,11 @@ class Journal:
         self._next_input_id = input_id + 1
         return input_id
 
-    def set_dedup(self, dedup: str) -> None:
-        """The dedup state when a frame brought no input: in meta, with the newest input's
-        id (an input row after it is newer)."""
-        self.set_meta("dedup", json.dumps([self.last_input_id(), dedup]))
+    def set_dedup(self, dedup: str, after: int | None = None) -> None:
+        """The dedup state when a frame brought no input: in meta, with the id of the input
+        it follows (`after`, by default the newest; an input row after it is newer)."""
+        self.set_meta("dedup", json.dumps([self.last_input_id() if after is None else after,
+                                           dedup]))
 
     def _newest_dedup_row(self) -> tuple[int, str] | None:
         """The newest input row carrying a dedup state: (id, state)."""

@@ -268,12 +268,15 @@ class Recorder:
             self._effects_timer = asyncio.get_running_loop().call_later(
                 EFFECT_COALESCE_S, self.write_effects)
 
-    def write_effects(self) -> bool:
-        """Write the pending effect now (one fsynced transaction). False when storage is
-        failing; the effect then stays in memory until storage is back."""
+    def _cancel_effects_timer(self) -> None:
         if self._effects_timer is not None:
             self._effects_timer.cancel()
             self._effects_timer = None
+
+    def write_effects(self) -> bool:
+        """Write the pending effect now (one fsynced transaction). False when storage is
+        failing; the effect then stays in memory until storage is back."""
+        self._cancel_effects_timer()
         if not self.outbox.dirty and not self.journal.pending:
             return True
         if not self.status.storage_ok and not self.retry():
@@ -379,9 +382,7 @@ class Recorder:
     def close(self) -> None:
         """The pending effect and a snapshot covering every applied input, then close
         (the effect timer cancelled: nothing writes to the closed journal after)."""
-        if self._effects_timer is not None:
-            self._effects_timer.cancel()
-            self._effects_timer = None
+        self._cancel_effects_timer()
         if self.status.storage_ok:
             try:
                 with self.journal.transaction():

@@ -54,6 +54,10 @@ COUNT = struct.Struct("<H")
 # table's records is a few kB; a longer backlog (storage failing) grows the file.
 PREALLOCATE = 64 * 1024
 MAX_ENTRY = 16 * 1024 * 1024
+# The newest input id a journal's database has held (a snapshot's deletes never take the
+# newest inputs): entries after it are the ones to take in.
+NEWEST_INPUT_SQL = ("SELECT (SELECT MAX(id) FROM inputs), "
+                    "(SELECT MAX(input_id) FROM snapshots)")
 
 
 class RecordLogError(Exception):
@@ -163,21 +167,8 @@ class RecordLog:
             os.close(directory)
 
     def _read(self) -> list[Entry]:
-        size = os.fstat(self._fd).st_size
-        data = os.pread(self._fd, size, 0)
-        if len(data) < HEADER.size:
-            raise RecordLogError(f"{self.path} is {len(data)} bytes, shorter than its header")
-        magic, version, instance = HEADER.unpack_from(data, 0)
-        if magic != MAGIC:
-            raise RecordLogError(f"{self.path} is not a shoed record log")
-        if version != VERSION:
-            raise RecordLogError(f"{self.path} is record log version {version}; this "
-                                 f"shoed reads version {VERSION}")
-        owner = instance.rstrip(b"\0").decode(errors="replace")
-        if owner != self.instance:
-            raise RecordLogError(f"{self.path} belongs to journal instance {owner!r}, not "
-                                 f"{self.instance!r}: a foreign file")
-        return read_entries(data)
+        return parse(self.path, os.pread(self._fd, os.fstat(self._fd).st_size, 0),
+                     self.instance)
 
     def append(self, inputs: Sequence[tuple[int, float, str]], after: int, dedup: str) -> None:
         """One frame's entry, written and fdatasynced (OSError if it could not be)."""
@@ -214,16 +205,39 @@ def _write_all(fd: int, data: bytes, offset: int) -> None:
         raise OSError(errno.ENOSPC, f"short write: {written} of {len(data)} bytes")
 
 
-def inspect(path: pathlib.Path) -> tuple[str | None, list[Entry]]:
-    """For `shoed check-journal`: (the owner's instance id, the entries) of a record log,
-    read only; (None, []) when there is none. RecordLogError if it is not one."""
+def parse(path: pathlib.Path, data: bytes, instance: str | None) -> list[Entry]:
+    """The entries of a record log's bytes, after its header's checks (RecordLogError
+    naming `path` and what is wrong; `instance`: the journal it must belong to)."""
+    if len(data) < HEADER.size:
+        raise RecordLogError(f"{path} is {len(data)} bytes, shorter than its header")
+    magic, version, owner_id = HEADER.unpack_from(data, 0)
+    if magic != MAGIC:
+        raise RecordLogError(f"{path} is not a shoed record log")
+    if version != VERSION:
+        raise RecordLogError(f"{path} is record log version {version}; this shoed reads "
+                             f"version {VERSION}")
+    owner = owner_id.rstrip(b"\0").decode(errors="replace")
+    if instance is not None and owner != instance:
+        raise RecordLogError(f"{path} belongs to journal instance {owner!r}, not "
+                             f"{instance!r}: a foreign file")
+    return read_entries(data)
+
+
+def not_in_database(entries: list[Entry], newest: int) -> list[Entry]:
+    """The entries a database whose newest input id is `newest` (NEWEST_INPUT_SQL) does not
+    hold: a frame's inputs after it; a frame without inputs (a heartbeat) written after
+    it. Entries are copied all together, so one input id tells."""
+    return [entry for entry in entries
+            if (entry.inputs[0][0] > newest if entry.inputs else entry.after >= newest)]
+
+
+def inspect(path: pathlib.Path, instance: str | None) -> list[Entry]:
+    """For `shoed check-journal`: the entries of a record log, read only ([] when there is
+    none). RecordLogError if it is not one, or not `instance`'s."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:
-        return None, []
+        return []
     except OSError as error:
         raise RecordLogError(f"{path}: {error.strerror}") from error
-    if len(data) < HEADER.size or data[:8] != MAGIC:
-        raise RecordLogError(f"{path} is not a shoed record log")
-    _, _, instance = HEADER.unpack_from(data, 0)
-    return instance.rstrip(b"\0").decode(errors="replace"), read_entries(data)
+    return parse(path, data, instance)
