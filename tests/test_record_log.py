@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import struct
 import subprocess
 import sys
+import zlib
 
 import pytest
 from hypothesis import given, settings
@@ -280,3 +282,25 @@ def test_whatever_the_order_of_records_commits_and_kills_every_record_stays(
     assert [i for i, _, _ in rows] == list(range(1, len(expected) + 1))
     assert journal.dedup() == dedup
     journal.close()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.text(max_size=40)), min_size=1, max_size=6),
+       st.integers(0, 10_000), st.integers(0, 255))
+def test_a_damaged_log_reads_as_a_prefix_of_what_was_written_and_never_raises(
+        frames: list[tuple[int, str]], where: int, flip: int) -> None:
+    """Whatever byte of the entries is changed, the reader returns some first entries as
+    written (a change it cannot see by CRC is one of the 2**32 it misses) and stops."""
+    entries, data, next_id = [], bytearray(HEADER.size), 1
+    for n, (count, text) in enumerate(frames):
+        inputs = tuple((next_id + k, float(n), text) for k in range(count))
+        next_id += count
+        body = records.encode_body(inputs, next_id - 1 - count, f"[1, {n}]")
+        tail = struct.pack("<QI", 7, n) + body
+        data += struct.pack("<II", len(body), zlib.crc32(tail)) + tail
+        entries.append(records.Entry(inputs, next_id - 1 - count, f"[1, {n}]"))
+    assert read_entries(bytes(data)) == entries
+    at = HEADER.size + where % (len(data) - HEADER.size)
+    data[at] ^= flip or 1
+    got = read_entries(bytes(data))
+    assert got == entries[:len(got)] and len(got) < len(entries)
