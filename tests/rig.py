@@ -142,6 +142,15 @@ class Rig:
         self.collector = collector
         self.tasks: list[asyncio.Task[Any]] = []
 
+    async def caught_up(self, timeout: float = 10.0) -> None:
+        """The collector holds every event the daemon has applied so far. The outbox's
+        PUBACKs come before the broker's deliveries to the collector: on a loaded machine
+        the last events of a drained outbox may still be on their way to it."""
+        engine = self.daemon.recorder.engine
+        await wait_for(lambda: (events := self.collector.events) != []
+                       and events[-1]["seq"] == engine.seq, timeout,
+                       "the collector to hold every event up to the daemon's seq")
+
 
 @contextlib.asynccontextmanager
 async def rig(tmp_path: pathlib.Path, broker: PrivateMosquitto, script: Script | None = None,

@@ -56,6 +56,7 @@ def test_full_8_deck_shoe_end_to_end(tmp_path: pathlib.Path, broker: PrivateMosq
                        script=Script(pace_s=0.0, shoes=1)) as r:
             await wait_for(lambda: r.collector.of("shoe_ended"), 240, "the shoe to end")
             await wait_for(lambda: r.daemon.outbox.depth() == 0, 10, "outbox drained")
+            await r.caught_up()
             events = r.collector.events
             check_shoe(events, r.shoe.dealt)
             assert len(r.collector.of("hand_result")) > 60

@@ -151,3 +151,48 @@ def test_a_shoe_without_a_gate_drops_what_does_not_fit() -> None:
     _run(shoe, Link(Role.HOST, 0.0), 3.0, ack=False)
     assert not shoe.buffer_full
     assert shoe.link.next_seq > shoe.link.pending_count  # seqs spent on dropped items
+
+
+def test_in_commands_mode_the_dealer_waits_for_betting_to_open_and_close() -> None:
+    """After commencement (and after every hand) the dealer draws again only once the
+    host locked the gate (betting open) and opened it (betting closed); a host that never
+    locks it is dealt to anyway, BETTING_LOCK_WAIT_S later."""
+    from firmware_protocol import Link, Role, SetGate
+    from shoed.sim.shoe import BETTING_LOCK_WAIT_S, Script, SimulatedShoe
+
+    shoe = SimulatedShoe(decks=8, seed=3, script=Script(pace_s=0.02, wait_for_betting=True),
+                         now=0.0)
+    host = Link(Role.HOST, 0.0)
+    t = 0.0
+    while shoe._dealer is None or shoe._dealer.phase == "commencement":
+        t += 0.02
+        _run(shoe, host, t)
+    assert shoe._dealer.phase == "between_hands"
+    waiting = shoe.cards_dealt
+    _run(shoe, host, t + 1.0)
+    assert shoe.cards_dealt == waiting  # no lock yet: the dealer waits for betting
+    host.send(SetGate(1), t + 1.0)
+    _run(shoe, host, t + 1.5)
+    assert shoe.gate_locked and shoe.cards_dealt == waiting  # betting open
+    host.send(SetGate(0), t + 1.5)
+    _run(shoe, host, t + 1.6)
+    assert shoe.cards_dealt > waiting  # betting closed: the hand is dealt
+    hands = shoe._dealer.hands_done
+    t = t + 1.6
+    while shoe._dealer.hands_done == hands:
+        t += 0.02
+        _run(shoe, host, t)
+    done_at, waiting = t, shoe.cards_dealt
+    _run(shoe, host, done_at + BETTING_LOCK_WAIT_S - 0.2)
+    assert shoe.cards_dealt == waiting
+    _run(shoe, host, done_at + BETTING_LOCK_WAIT_S + 0.2)
+    assert shoe.cards_dealt > waiting  # the host never locked the gate: dealt to anyway
+
+
+def test_without_commands_mode_the_dealer_deals_on_after_a_hand() -> None:
+    from firmware_protocol import Link, Role
+    from shoed.sim.shoe import Script, SimulatedShoe
+
+    shoe = SimulatedShoe(decks=8, seed=3, script=Script(pace_s=0.02), now=0.0)
+    _run(shoe, Link(Role.HOST, 0.0), 2.0)
+    assert shoe._dealer is not None and shoe._dealer.hands_done >= 3

@@ -742,6 +742,7 @@ async def _demo(args: argparse.Namespace) -> int:
         logs.configure("json", "info", file=log_file)
         shoe = build_shoe(args, loop.time(), default_pace=0.6)
         shoe.script.wait_for_release = True  # no new shoe while an unread card is held
+        shoe.script.wait_for_betting = args.betting == "commands"
         transport_factory = None
         if args.usb:
             from shoed.device.transports import UsbTransport

@@ -136,6 +136,9 @@ class DealerModel:
         return trial.hands_done > self.hands_done
 
 
+BETTING_LOCK_WAIT_S = 2.0  # the longest the dealer waits for betting to open (above)
+
+
 @dataclass
 class Script:
     """What the simulated dealer and shoe do besides dealing cleanly."""
@@ -151,7 +154,11 @@ class Script:
     cut_card_from_end: int = 14
     rfid: dict[str, str] | None = None  # card -> UID hex (then code_kind 2)
     shoes: int = 1  # how many shoes to deal (0 = forever)
-    betting_s: float = 0.0  # commands mode: how long the simulated game server waits
+    # `commands` mode: after commencement and after every hand the dealer waits for the
+    # host to lock the exit gate (betting open) before the next draw, as a dealer waits for
+    # the game server's "place your bets"; the gate's opening (close_betting) then lets
+    # them deal on. A host that sends no lock within BETTING_LOCK_WAIT_S is dealt to anyway.
+    wait_for_betting: bool = False
     # After an unread card the dealer loads no new shoe (even if that card ended this one)
     # until the gate opens or `SimulatedShoe.release()` says the hold was resolved.
     wait_for_release: bool = False
@@ -189,6 +196,9 @@ class SimulatedShoe:
         self._next_pull_at = self.now + 0.2
         self._pull_id = 0
         self._dealer: DealerModel | None = None  # the shoe being dealt, as the dealer sees it
+        self.gate_locks = 0  # SetGate frames that locked an open gate
+        # Betting is due to open (Script.wait_for_betting): (since when, gate_locks then).
+        self._betting_due: tuple[float, int] | None = None
 
     # -- boot and the link ----------------------------------------------------------------
 
@@ -231,6 +241,8 @@ class SimulatedShoe:
                 self._send(Hello(1, self.boot_id, self.capabilities, self.fw_version,
                                  self.serial_no), now)
             elif isinstance(message, SetGate):
+                if message.locked and not self.gate_locked:
+                    self.gate_locks += 1
                 self.gate_locked = bool(message.locked)
                 if not self.gate_locked:
                     self.hold_pending = False
@@ -260,7 +272,9 @@ class SimulatedShoe:
             self.script.pace_s > 0 or self.link.pending_count < 2) and not self._buffer_full(
             self.now)
         if can_deal:
-            candidates.append(self._next_pull_at)
+            due = self._betting_due
+            candidates.append(self._next_pull_at if due is None
+                              else max(self._next_pull_at, due[0] + BETTING_LOCK_WAIT_S))
         if (t := self.link.get_timer()) is not None:
             candidates.append(t)
         return min(candidates, default=self._last_heartbeat + 1.0)
@@ -287,7 +301,7 @@ class SimulatedShoe:
             return
         self.now = now
         if now >= self._next_pull_at and (not self.gate_locked or self._between_shoes()) \
-                and not self._buffer_full(now):
+                and not self._waiting_for_betting(now) and not self._buffer_full(now):
             full_speed = self.script.pace_s <= 0
             if not full_speed or self.link.pending_count < 2:
                 self._deal(now)
@@ -317,6 +331,16 @@ class SimulatedShoe:
         if self.hold_pending:
             return False  # the host holds an unread card: the dealer waits for the supervisor
         return self._dealer is None or self._dealer.phase == "ended"
+
+    def _waiting_for_betting(self, now: float) -> bool:
+        """Betting is due to open and the host has not locked the gate for it yet."""
+        due = self._betting_due
+        if due is None:
+            return False
+        if self.gate_locks > due[1] or now - due[0] >= BETTING_LOCK_WAIT_S:
+            self._betting_due = None
+            return False
+        return True
 
     def release(self) -> None:
         """The host's hold was resolved (the demo sees it on MQTT)."""
@@ -353,8 +377,12 @@ class SimulatedShoe:
             # The dealer pulls one card too many with the hand's last card: unnecessary.
             cards.append(self._shoe.pop(0))
         self._pull(cards, now)
+        phase = dealer.phase
         for card in cards:
             dealer.take(card)
+        if (self.script.wait_for_betting and dealer.phase == "between_hands"
+                and phase != "between_hands"):
+            self._betting_due = (now, self.gate_locks)  # a result, or commencement's end
 
     def _pull(self, cards: list[str], now: float) -> None:
         """One physical draw: items numbered upper first, sent lowest first (sensor order)."""
