@@ -461,6 +461,8 @@ def check_tls_files(mqtt: MqttSection) -> None:
     if mqtt.key_file is not None and mqtt.cert_file is None:
         raise ConfigError("mqtt.key_file: set without mqtt.cert_file (the key belongs to a "
                           "client certificate)")
+    if mqtt.ca_file is None and mqtt.cert_file is None:
+        return  # nothing to load (the system's CAs are read at the connect, after READY)
     context = ssl.create_default_context()
     if mqtt.ca_file is not None:
         try:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from shoed import logs
 from shoed.config import Settings, load_manifest
 from shoed.core.config import EngineConfig
+from shoed.core.engine import build_models
 from shoed.desk import CommandDesk
 from shoed.device.session import TIMER_MAX_S, DeviceSession
 from shoed.device.transports import Transport
@@ -167,7 +168,8 @@ class Daemon:
         self.log.info("ready", root=self.settings.topic_root, run_id=self.status.run_id,
                       instance=self.recorder.state.instance_id)
         self.build_mqtt()
-        gc.freeze()  # what that import made lives as long, too (no second full collection)
+        build_models()  # the validators deferred at import, before the first card needs them
+        gc.freeze()  # what these made lives as long, too (no second full collection)
         self.supervisor.start("mqtt", self.mqtt.run)
         # One full integrity check after READY; it ends by itself (not a supervised loop).
         check = asyncio.create_task(self.recorder.integrity_check(), name="integrity_check")

@@ -51,7 +51,7 @@ DEFAULT_LIMITS = ParseLimits()
 
 
 class CommandBase(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(frozen=True, extra="ignore", defer_build=True)
 
     request_id: StrictStr = Field(min_length=1, max_length=200)
     operator: StrictStr = Field(min_length=1, max_length=200)
@@ -143,7 +143,7 @@ Command = Annotated[
     | CutCardCommand | ReportMisorder | Recall | Replay | Roads | AckAlarm | Whoami,
     Field(discriminator="command"),
 ]
-COMMAND_ADAPTER: TypeAdapter[Command] = TypeAdapter(Command)
+COMMAND_ADAPTER: TypeAdapter[Command] = TypeAdapter(Command, config=ConfigDict(defer_build=True))
 #: The command classes, as the Command union lists them.
 COMMAND_CLASSES: tuple[type[CommandBase], ...] = get_args(get_args(Command)[0])
 

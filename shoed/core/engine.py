@@ -69,6 +69,8 @@ from .config import EngineConfig
 from .errors import CardNotationError
 from .game import PB_POSITIONS, HandResult, evaluate
 from .inputs import (
+    INPUT_ADAPTER,
+    INPUT_CLASSES,
     CommandInput,
     DeviceFault,
     DeviceGap,
@@ -206,6 +208,17 @@ class Refused(Exception):
 
 
 @functools.lru_cache(maxsize=64)
+def build_models() -> None:
+    """Build the validators and serialisers of the events, inputs and commands now. They are
+    deferred at import (``defer_build``: ~40 ms of a start, docs/performance.md "Seventh
+    pass"); the daemon calls this right after READY, so that its first card or command
+    does not pay for them either."""
+    for model in (*ev.EVENT_TYPES, *INPUT_CLASSES, *cmd.COMMAND_CLASSES):
+        model.model_rebuild()
+    for adapter in (ev.EVENT_ADAPTER, INPUT_ADAPTER, cmd.COMMAND_ADAPTER):
+        adapter.rebuild()
+
+
 def iso(at: float) -> str:
     """A wall time as the events carry it (ISO 8601, UTC, milliseconds). Cached: an
     input's events share its time, and the cards in play keep theirs."""

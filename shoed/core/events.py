@@ -17,7 +17,7 @@ CardPosition = Literal[
 
 
 class EventBase(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     schema_version: Literal[1] = 1
     type: str
@@ -168,7 +168,7 @@ Event = Annotated[
     | LastHand | ShoeEnded | ShoeVoided | Procedure | Alarm | SupervisorAction | ShoeReport,
     Field(discriminator="type"),
 ]
-EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event, config=ConfigDict(defer_build=True))
 #: The event classes, as the Event union lists them.
 EVENT_TYPES: tuple[type[EventBase], ...] = get_args(get_args(Event)[0])
 
@@ -177,7 +177,7 @@ EVENT_TYPES: tuple[type[EventBase], ...] = get_args(get_args(Event)[0])
 
 
 class _StateModel(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
 class StateCard(_StateModel):

@@ -15,7 +15,7 @@ Inputs are pydantic models so the journal can store and replay them as JSON.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
@@ -23,7 +23,7 @@ from .commands import Command
 
 
 class InputBase(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
     at: float
     mono: float | None = None
 
@@ -122,4 +122,6 @@ Input = Annotated[
     | Notice | StorageStatus | RootConflict | Tick | CommandInput,
     Field(discriminator="kind"),
 ]
-INPUT_ADAPTER: TypeAdapter[Input] = TypeAdapter(Input)
+INPUT_ADAPTER: TypeAdapter[Input] = TypeAdapter(Input, config=ConfigDict(defer_build=True))
+#: The input classes, as the Input union lists them.
+INPUT_CLASSES: tuple[type[InputBase], ...] = get_args(get_args(Input)[0])
