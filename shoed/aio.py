@@ -159,3 +159,24 @@ def run_until_signalled(main: Coroutine[Any, Any, int]) -> int:
         return 0
     finally:
         loop.close()
+
+
+def loop_factory(kind: str) -> tuple[Callable[[], asyncio.AbstractEventLoop] | None, str]:
+    """The event loop `shoed run` asks for (`daemon.event_loop`): the factory for
+    ``asyncio.Runner`` (None: the standard library's) and what it is, for the log
+    ("uvloop", "asyncio", or "asyncio (uvloop is not installed)")."""
+    if kind == "uvloop":
+        try:
+            import uvloop
+        except ImportError:
+            return None, "asyncio (uvloop is not installed)"
+        return uvloop.new_event_loop, "uvloop"
+    if kind != "asyncio":
+        raise ValueError(f"daemon.event_loop: {kind!r} is neither 'uvloop' nor 'asyncio'")
+    return None, "asyncio"
+
+
+def loop_name() -> str:
+    """What the running loop is: "uvloop" or "asyncio"."""
+    module = type(asyncio.get_running_loop()).__module__
+    return "uvloop" if module.startswith("uvloop") else "asyncio"

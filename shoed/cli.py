@@ -16,6 +16,7 @@ from . import __version__
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from . import logs
+    from .aio import loop_factory
     from .config import ConfigError, load_settings
     from .daemon import Daemon
     from .errors import SupervisionFailed
@@ -30,7 +31,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
         settings.state.new_journal = True
     logs.configure(settings.log.format, settings.log.level)
     try:
-        asyncio.run(Daemon(settings).run())
+        factory, loop = loop_factory(settings.daemon.event_loop)
+        if loop != settings.daemon.event_loop:
+            logs.get().warning("event_loop_fallback", configured=settings.daemon.event_loop,
+                               running=loop)
+        with asyncio.Runner(loop_factory=factory) as runner:
+            runner.run(Daemon(settings).run())
     except StorageError as error:
         logs.get().error("cannot_start", error=str(error))
         return 1

@@ -343,6 +343,14 @@ class LogSection(Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
 
 
+class DaemonSection(Section):
+    """How `shoed run` runs (docs/decisions.md 139)."""
+
+    # uvloop: libuv's event loop (C), less CPU a card than the standard library's;
+    # asyncio: the standard library's. uvloop not installed: asyncio, said in the log.
+    event_loop: Literal["uvloop", "asyncio"] = "uvloop"
+
+
 class RoadsSection(Section):
     """The scoreboard (roads.md): grid height and what a dragon tail does."""
 
@@ -377,6 +385,7 @@ class Settings(BaseSettings):
     auth: AuthSection = Field(default_factory=AuthSection)
     commands: CommandsSection = Field(default_factory=CommandsSection)
     replay: ReplaySection = Field(default_factory=ReplaySection)
+    daemon: DaemonSection = Field(default_factory=DaemonSection)
 
     def role_of(self, sender: str) -> Role | None:
         """The role of a command's sender (`anonymous`: the bare `{root}/cmd`)."""

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from shoed import logs
+from shoed.aio import loop_name
 from shoed.config import Settings, load_manifest
 from shoed.core.config import EngineConfig
 from shoed.core.engine import build_models
@@ -166,7 +167,7 @@ class Daemon:
         self.supervisor.start("housekeeping", self.housekeeping)
         self.notifier.notify(READY=1, STATUS="journal restored; device transport started")
         self.log.info("ready", root=self.settings.topic_root, run_id=self.status.run_id,
-                      instance=self.recorder.state.instance_id)
+                      instance=self.recorder.state.instance_id, event_loop=loop_name())
         self.build_mqtt()
         build_models()  # the validators deferred at import, before the first card needs them
         gc.freeze()  # what these made lives as long, too (no second full collection)

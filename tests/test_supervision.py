@@ -169,8 +169,12 @@ def test_sigterm_with_the_broker_up_stops_within_1s_and_loses_nothing(
     async def main() -> None:
         collector, task = await _collector(broker)
         with daemon(tmp_path, broker.url) as d:
-            d.start_shoe(seed=11, pace=0.02)
             d.start()
+            # The shoe only once the daemon is up: a shoe started first deals into its
+            # buffer meanwhile, and a fast start then takes the whole (one-deck) shoe in
+            # one burst before the SIGTERM, leaving nothing for the next start to publish.
+            await wait_for(lambda: d.logged("ready"), 20, "READY")
+            d.start_shoe(seed=11, pace=0.02)
             await wait_for(lambda: len(collector.events) >= 20, 30, "events")
             assert d.proc is not None
             started = time.monotonic()
