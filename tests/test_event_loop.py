@@ -41,7 +41,7 @@ def test_an_unknown_event_loop_is_refused_naming_the_key(tmp_path: pathlib.Path)
     config.write_text(dump_toml({"daemon": {"event_loop": "tornado"},
                                  "state": {"dir": str(tmp_path / "state")}}))
     config.chmod(0o600)
-    with pytest.raises(ConfigError, match="daemon.event_loop"):
+    with pytest.raises(ConfigError, match=r"daemon\.event_loop"):
         load_settings(config)
 
 

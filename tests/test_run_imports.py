@@ -60,7 +60,8 @@ try:
     refused = False
 except Exception:
     refused = True
-print(json.dumps({"before": before, "after": after, "event": type(card).__name__, "refused": refused}))
+print(json.dumps({"before": before, "after": after, "event": type(card).__name__,
+                  "refused": refused}))
 """
 
 
