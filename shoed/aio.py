@@ -164,7 +164,7 @@ def run_until_signalled(main: Coroutine[Any, Any, int]) -> int:
 def loop_factory(kind: str) -> tuple[Callable[[], asyncio.AbstractEventLoop] | None, str]:
     """The event loop `shoed run` asks for (`daemon.event_loop`): the factory for
     ``asyncio.Runner`` (None: the standard library's) and what it is, for the log
-    ("uvloop", "asyncio", or "asyncio (uvloop is not installed)")."""
+    ("asyncio", "uvloop", or "asyncio (uvloop is not installed)")."""
     if kind == "uvloop":
         try:
             import uvloop

@@ -346,9 +346,10 @@ class LogSection(Section):
 class DaemonSection(Section):
     """How `shoed run` runs (docs/decisions.md 139)."""
 
-    # uvloop: libuv's event loop (C), less CPU a card than the standard library's;
-    # asyncio: the standard library's. uvloop not installed: asyncio, said in the log.
-    event_loop: Literal["uvloop", "asyncio"] = "uvloop"
+    # asyncio: the standard library's event loop. uvloop: libuv's (C): a little less CPU
+    # a card, a slower big `replay` (docs/decisions.md 139); not installed: asyncio, said
+    # in the log.
+    event_loop: Literal["asyncio", "uvloop"] = "asyncio"
 
 
 class RoadsSection(Section):

@@ -1,9 +1,9 @@
-"""`daemon.event_loop`: `shoed run` on uvloop (the default) or the standard library's loop.
+"""`daemon.event_loop`: `shoed run` on the standard library's loop (the default) or uvloop.
 
-The tests that start `shoed run` as a process (supervision, kills, systemd) run it on
-uvloop; the in-process tests (tests/rig.py) on asyncio's own loop. Here: the choice and
-its fallback, what the log says, and the whole path (pty, journal, broker) under uvloop
-with a noisy line, as the in-process tests check it under asyncio."""
+Every other test runs the daemon on asyncio's loop. Here: the choice and its fallback,
+what the log says, and the whole path (pty, journal, broker) on uvloop with a noisy line,
+as the other tests check it on asyncio. The long kill run can be repeated on uvloop with
+SHOED_DAEMON__EVENT_LOOP=uvloop (docs/reliability.md)."""
 
 from __future__ import annotations
 
@@ -25,10 +25,16 @@ from shoed.sim.shoe import Script
 uvloop = pytest.importorskip("uvloop")
 
 
-def test_uvloop_is_the_default_and_asyncio_can_be_chosen() -> None:
+def test_both_loops_can_be_chosen() -> None:
     factory, name = loop_factory("uvloop")
     assert name == "uvloop" and factory is uvloop.new_event_loop
     assert loop_factory("asyncio") == (None, "asyncio")
+
+
+def test_asyncio_is_the_default() -> None:
+    from shoed.config import DaemonSection
+
+    assert DaemonSection().event_loop == "asyncio"
 
 
 def test_without_uvloop_the_daemon_runs_on_asyncio_and_says_so(monkeypatch) -> None:

@@ -195,9 +195,8 @@ class Inbox:
         """A replay's events on `{root}/replay`, then its answer (module docstring)."""
         page: ReplayPage | None = answer.replay
         assert page is not None
-        loop = asyncio.get_running_loop()
         async with self._replay_turns:
-            started = loop.time()
+            started = time.monotonic()
             own = await self._open_replay_connection()
             try:
                 if own is not None:
@@ -208,7 +207,7 @@ class Inbox:
                 if own is not None:
                     with contextlib.suppress(Exception):
                         await own.__aexit__(None, None, None)
-        took = loop.time() - started
+        took = time.monotonic() - started
         self.log.info("replay_sent", request_id=(answer.body or {}).get("request_id"),
                       events=sent,
                       connection="own" if own is not None else "shared",
@@ -238,8 +237,10 @@ class Inbox:
         have their PUBACK (raises when the connection is lost or a PUBACK is late)."""
         window = PublishWindow(via, in_flight, self.publish_timeout)
         topic, props, live_idle = f"{self.root}/replay", self._props, self._live_idle
-        loop = asyncio.get_running_loop()
-        started = loop.time()
+        # time.monotonic(), not loop.time(): uvloop's clock is read once a loop turn, in
+        # whole milliseconds, and a turn that sends a burst would see the pace ahead of
+        # itself and sleep too long (decisions.md 139)
+        started = time.monotonic()
         sent = 0
         try:
             for chunk in self.desk.replay_chunks(page):
@@ -251,7 +252,7 @@ class Inbox:
                     if sent % REPLAY_YIELD_EVERY == 0:
                         # ahead of the pace: wait (whole milliseconds, as the loop
                         # sleeps); else just a turn
-                        started, ahead = replay_pace(started, sent, loop.time(),
+                        started, ahead = replay_pace(started, sent, time.monotonic(),
                                                      REPLAY_EVENTS_PER_S, REPLAY_BURST_S)
                         await asyncio.sleep(ahead if ahead >= 0.001 else 0)
             await window.drain()
