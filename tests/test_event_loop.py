@@ -8,7 +8,11 @@ SHOED_DAEMON__EVENT_LOOP=uvloop (docs/reliability.md)."""
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import pathlib
+import signal
+import subprocess
 import sys
 import time
 
@@ -22,10 +26,16 @@ from shoed.config import ConfigError, dump_toml, load_settings
 from shoed.sim.broker import PrivateMosquitto
 from shoed.sim.shoe import Script
 
-uvloop = pytest.importorskip("uvloop")
+try:
+    import uvloop
+except ImportError:  # the test extra installs it; without it the uvloop tests skip
+    uvloop = None
+needs_uvloop = pytest.mark.skipif(uvloop is None, reason="uvloop is not installed")
 
 
+@needs_uvloop
 def test_both_loops_can_be_chosen() -> None:
+    assert uvloop is not None
     factory, name = loop_factory("uvloop")
     assert name == "uvloop" and factory is uvloop.new_event_loop
     assert loop_factory("asyncio") == (None, "asyncio")
@@ -42,6 +52,43 @@ def test_without_uvloop_the_daemon_runs_on_asyncio_and_says_so(monkeypatch) -> N
     assert loop_factory("uvloop") == (None, "asyncio (uvloop is not installed)")
 
 
+FALLBACK = """
+import sys
+sys.modules["uvloop"] = None  # as on a machine without it
+from shoed import cli
+sys.exit(cli.main(["run", "--config", sys.argv[1]]))
+"""
+
+
+def test_shoed_run_asked_for_uvloop_without_it_runs_on_asyncio_and_logs_it(
+        tmp_path: pathlib.Path) -> None:
+    config = tmp_path / "shoed.toml"
+    config.write_text(dump_toml({
+        "table": {"id": "T9"}, "device": {"port": str(tmp_path / "no-shoe")},
+        "mqtt": {"url": "mqtt://127.0.0.1:9"}, "state": {"dir": str(tmp_path / "state")},
+        "log": {"format": "json"}, "daemon": {"event_loop": "uvloop"}}))
+    config.chmod(0o600)
+    log = tmp_path / "daemon.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-c", FALLBACK, str(config)], stdout=out,
+                                stderr=subprocess.STDOUT, env=dict(os.environ))
+    try:
+        deadline = time.monotonic() + 20
+        while '"ready"' not in log.read_text() and time.monotonic() < deadline:
+            assert proc.poll() is None, log.read_text()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    lines = [json.loads(x) for x in log.read_text().splitlines() if x.startswith("{")]
+    fallback = [x for x in lines if x.get("event") == "event_loop_fallback"]
+    assert fallback and fallback[0]["configured"] == "uvloop"
+    assert fallback[0]["running"] == "asyncio (uvloop is not installed)"
+    assert [x["event_loop"] for x in lines if x.get("event") == "ready"] == ["asyncio"]
+
+
 def test_an_unknown_event_loop_is_refused_naming_the_key(tmp_path: pathlib.Path) -> None:
     config = tmp_path / "shoed.toml"
     config.write_text(dump_toml({"daemon": {"event_loop": "tornado"},
@@ -52,7 +99,7 @@ def test_an_unknown_event_loop_is_refused_naming_the_key(tmp_path: pathlib.Path)
 
 
 @pytest.mark.broker
-@pytest.mark.parametrize("kind", ["uvloop", "asyncio"])
+@pytest.mark.parametrize("kind", [pytest.param("uvloop", marks=needs_uvloop), "asyncio"])
 def test_shoed_run_logs_the_loop_it_runs_on(tmp_path: pathlib.Path, broker: PrivateMosquitto,
                                             kind: str) -> None:
     daemon = DaemonProcess(tmp_path, broker.url, daemon={"event_loop": kind})
@@ -67,6 +114,7 @@ def test_shoed_run_logs_the_loop_it_runs_on(tmp_path: pathlib.Path, broker: Priv
         daemon.close()
 
 
+@needs_uvloop
 @pytest.mark.broker
 def test_a_noisy_shoe_on_uvloop_loses_and_doubles_nothing(tmp_path: pathlib.Path,
                                                            broker: PrivateMosquitto) -> None:
@@ -86,5 +134,6 @@ def test_a_noisy_shoe_on_uvloop_loses_and_doubles_nothing(tmp_path: pathlib.Path
             await wait_for(lambda: r.collector.retained.get("state", {}).get("seq") == last,
                            10, "state republished")
 
+    assert uvloop is not None
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         runner.run(main())

@@ -196,3 +196,17 @@ def test_without_commands_mode_the_dealer_deals_on_after_a_hand() -> None:
     shoe = SimulatedShoe(decks=8, seed=3, script=Script(pace_s=0.02), now=0.0)
     _run(shoe, Link(Role.HOST, 0.0), 2.0)
     assert shoe._dealer is not None and shoe._dealer.hands_done >= 3
+
+
+def test_the_dealer_waits_for_betting_also_when_a_pull_ran_over_into_the_next_burn() -> None:
+    """Every hand's last card drawn with one too many (it becomes the next burn): the
+    dealer still waits for betting before that hand's P1, once per hand."""
+    from firmware_protocol import Link, Role
+    from shoed.sim.shoe import BETTING_LOCK_WAIT_S, Script, SimulatedShoe
+
+    script = Script(pace_s=0.02, wait_for_betting=True, unnecessary_rate=1.0)
+    shoe = SimulatedShoe(decks=8, seed=3, script=script, now=0.0)
+    _run(shoe, Link(Role.HOST, 0.0), 20.0)  # a host that never locks the gate
+    assert shoe._dealer is not None
+    hands = shoe._dealer.hands_done
+    assert 3 <= hands <= 20.0 / BETTING_LOCK_WAIT_S + 1, hands

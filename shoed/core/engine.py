@@ -207,10 +207,9 @@ class Refused(Exception):
         self.message = message
 
 
-@functools.lru_cache(maxsize=64)
 def build_models() -> None:
     """Build the validators and serialisers of the events, inputs and commands now. They are
-    deferred at import (``defer_build``: ~40 ms of a start, docs/performance.md "Seventh
+    deferred at import (``defer_build``: ~25 ms of a start, docs/performance.md "Seventh
     pass"); the daemon calls this right after READY, so that its first card or command
     does not pay for them either."""
     for model in (*ev.EVENT_TYPES, *INPUT_CLASSES, *cmd.COMMAND_CLASSES):
@@ -219,6 +218,7 @@ def build_models() -> None:
         adapter.rebuild()
 
 
+@functools.lru_cache(maxsize=64)
 def iso(at: float) -> str:
     """A wall time as the events carry it (ISO 8601, UTC, milliseconds). Cached: an
     input's events share its time, and the cards in play keep theirs."""

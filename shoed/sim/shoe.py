@@ -377,12 +377,15 @@ class SimulatedShoe:
             # The dealer pulls one card too many with the hand's last card: unnecessary.
             cards.append(self._shoe.pop(0))
         self._pull(cards, now)
-        phase = dealer.phase
+        opened = False  # a result, or commencement's end: betting opens (commands mode)
         for card in cards:
+            before = dealer.phase
             dealer.take(card)
-        if (self.script.wait_for_betting and dealer.phase == "between_hands"
-                and phase != "between_hands"):
-            self._betting_due = (now, self.gate_locks)  # a result, or commencement's end
+            opened = opened or (dealer.phase == "between_hands" != before)
+        # (a pull's surplus after the result has already become the next hand's burn:
+        # the dealer still waits for betting before that hand's P1)
+        if self.script.wait_for_betting and opened:
+            self._betting_due = (now, self.gate_locks)
 
     def _pull(self, cards: list[str], now: float) -> None:
         """One physical draw: items numbered upper first, sent lowest first (sensor order)."""
