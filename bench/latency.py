@@ -25,7 +25,6 @@ import os
 import pathlib
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -40,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 
 from procfs import cpu_seconds, rss_kb, stop  # noqa: E402
 from quiet import ignore_closed_subscriber_writer  # noqa: E402
+from ready import idle_shoe, notify_socket, wait_ready  # noqa: E402
 
 from firmware_protocol import Delivered  # noqa: E402
 from firmware_protocol.messages import Card  # noqa: E402
@@ -165,9 +165,7 @@ async def run_target(target: str, cards: int, pace: float, broker: PrivateMosqui
     runner = None if warm else asyncio.create_task(pty.run())
     if is_shoed:
         notify = tmp / "notify.sock"
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        sock.bind(str(notify))
-        sock.setblocking(False)
+        sock = notify_socket(notify)
         config = shoed_config(tmp, str(tmp / "shoe"), broker.port, decks)
         if JOURNAL is not None:
             shutil.copytree(JOURNAL, tmp / "state")
@@ -182,13 +180,7 @@ async def run_target(target: str, cards: int, pace: float, broker: PrivateMosqui
                                 preexec_fn=pin_host,
                                 stdout=open(tmp / "shoed.log", "wb"),  # noqa: SIM115
                                 stderr=subprocess.STDOUT)
-        ready_s = None
-        while ready_s is None and time.perf_counter() - start < 30:
-            try:
-                if b"READY=1" in sock.recv(4096):
-                    ready_s = time.perf_counter() - start
-            except BlockingIOError:
-                await asyncio.sleep(0.005)
+        ready_s = await wait_ready(sock, proc, start, 30, 0.005)
         if warm:  # after READY: the first connection to the broker
             log = tmp / "shoed.log"
             deadline = time.perf_counter() + 30
@@ -281,28 +273,15 @@ def ratios(results: list[dict[str, Any]], over: str = "floor") -> dict[str, floa
 async def footprint(broker: PrivateMosquitto, idle_s: float) -> dict[str, Any]:
     """Idle CPU over `idle_s` with heartbeats, and RSS, of shoed with a shoe attached."""
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="bench-idle-"))
-    loop = asyncio.get_running_loop()
-    shoe = SimulatedShoe(decks=8, seed=1, now=loop.time(), script=Script(pace_s=0, shoes=0))
-    shoe.finished = True  # heartbeats only
-    pty = PtyShoe(shoe, link_path=tmp / "shoe")
-    pty.plug()
-    runner = asyncio.create_task(pty.run())
+    pty, runner = idle_shoe(tmp)
     config = shoed_config(tmp, str(tmp / "shoe"), broker.port, 8)
     notify = tmp / "notify.sock"
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    sock.bind(str(notify))
-    sock.setblocking(False)
+    sock = notify_socket(notify)
     start = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "shoed.cli", "run", "--config", str(config)],
                             env=dict(os.environ, NOTIFY_SOCKET=str(notify)),
                             stdout=subprocess.DEVNULL)
-    ready_s = None  # start to READY=1 on an empty journal
-    while ready_s is None and time.perf_counter() - start < 30:
-        try:
-            if b"READY=1" in sock.recv(4096):
-                ready_s = time.perf_counter() - start
-        except BlockingIOError:
-            await asyncio.sleep(0.002)
+    ready_s = await wait_ready(sock, proc, start, 30, 0.002)  # on an empty journal
     await asyncio.sleep(5)
 
     before = cpu_seconds(proc.pid)

@@ -22,7 +22,6 @@ import os
 import pathlib
 import re
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -33,9 +32,9 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from procfs import stop  # noqa: E402
+from ready import idle_shoe, notify_socket, wait_ready  # noqa: E402
 
 from shoed.config import write_config  # noqa: E402
-from shoed.sim.shoe import PtyShoe, Script, SimulatedShoe  # noqa: E402
 
 READY_WAIT_S = 600.0  # under callgrind a start is ~50 times slower
 
@@ -54,16 +53,9 @@ def config(tmp: pathlib.Path, port: str) -> pathlib.Path:
 async def one_start(tree: pathlib.Path, instructions: bool) -> float:
     """Seconds from exec to READY, or the instructions executed up to READY."""
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="bench-start-"))
-    loop = asyncio.get_running_loop()
-    shoe = SimulatedShoe(decks=8, seed=1, now=loop.time(), script=Script(pace_s=0, shoes=0))
-    shoe.finished = True  # heartbeats only
-    pty = PtyShoe(shoe, link_path=tmp / "shoe")
-    pty.plug()
-    runner = asyncio.create_task(pty.run())
+    pty, runner = idle_shoe(tmp)
     notify = tmp / "notify.sock"
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    sock.bind(str(notify))
-    sock.setblocking(False)
+    sock = notify_socket(notify)
     command = [str(tree / ".venv" / "bin" / "python"), "-m", "shoed.cli", "run",
                "--config", str(config(tmp, str(tmp / "shoe")))]
     dump = tmp / "callgrind.out"
@@ -76,15 +68,9 @@ async def one_start(tree: pathlib.Path, instructions: bool) -> float:
     proc = subprocess.Popen(command, cwd=tree, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     try:
-        while True:
-            if time.perf_counter() - start > READY_WAIT_S or proc.poll() is not None:
-                raise SystemExit(f"{tree}: no READY (exit status {proc.poll()})")
-            try:
-                if b"READY=1" in sock.recv(4096):
-                    break
-            except BlockingIOError:
-                await asyncio.sleep(0.001)
-        took = time.perf_counter() - start
+        took = await wait_ready(sock, proc, start, READY_WAIT_S, 0.001)
+        if took is None:
+            raise SystemExit(f"{tree}: no READY (exit status {proc.poll()})")
         if not instructions:
             return took
         subprocess.run(["callgrind_control", "--dump=ready", str(proc.pid)], check=True,
