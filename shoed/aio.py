@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import signal
 from collections.abc import Callable, Coroutine, Iterable
-from typing import Any
+from typing import Any, Literal
 
 RECANCEL_S = 0.2  # a cancelled task still running after this is cancelled again
 
@@ -161,19 +161,18 @@ def run_until_signalled(main: Coroutine[Any, Any, int]) -> int:
         loop.close()
 
 
-def loop_factory(kind: str) -> tuple[Callable[[], asyncio.AbstractEventLoop] | None, str]:
-    """The event loop `shoed run` asks for (`daemon.event_loop`): the factory for
-    ``asyncio.Runner`` (None: the standard library's) and what it is, for the log
-    ("asyncio", "uvloop", or "asyncio (uvloop is not installed)")."""
-    if kind == "uvloop":
-        try:
-            import uvloop
-        except ImportError:
-            return None, "asyncio (uvloop is not installed)"
-        return uvloop.new_event_loop, "uvloop"
-    if kind != "asyncio":
-        raise ValueError(f"daemon.event_loop: {kind!r} is neither 'uvloop' nor 'asyncio'")
-    return None, "asyncio"
+def loop_factory(kind: Literal["asyncio", "uvloop"]
+                 ) -> tuple[Callable[[], asyncio.AbstractEventLoop] | None, str]:
+    """The event loop `shoed run` asks for (`daemon.event_loop`, which the config has
+    checked): the factory for ``asyncio.Runner`` (None: the standard library's) and what
+    it is, for the log ("asyncio", "uvloop", or "asyncio (uvloop is not installed)")."""
+    if kind == "asyncio":
+        return None, "asyncio"
+    try:
+        import uvloop
+    except ImportError:
+        return None, "asyncio (uvloop is not installed)"
+    return uvloop.new_event_loop, "uvloop"
 
 
 def loop_name() -> str:
