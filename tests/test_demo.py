@@ -174,6 +174,22 @@ async def retained_over_websockets(port: int, topic: str) -> dict[str, Any]:
     raise AssertionError(f"nothing retained on {topic}")
 
 
+def unwrapped(lines: list[str], item: int = 0) -> str:
+    """The `item`-th logical line of `lines` (they start at one indent) with the lines
+    the view wrapped it onto (indented deeper) joined back into one line."""
+    indent = len(lines[0]) - len(lines[0].lstrip(" "))
+    items: list[str] = []
+    for line in lines:
+        depth = len(line) - len(line.lstrip(" "))
+        if items and depth > indent:
+            items[-1] += " " + line.strip()
+        elif depth == indent:
+            items.append(line)
+        else:
+            break
+    return items[item]
+
+
 def test_ctrl_c_with_its_own_broker_ends_cleanly_and_removes_the_broker_dir(
         tmp_path: pathlib.Path, demos: list[Demo]) -> None:
     demo = start(demos, tmp_path, "--own-broker", "--unread-rate", "0", *FAST)
@@ -194,8 +210,10 @@ def test_ctrl_c_with_its_own_broker_ends_cleanly_and_removes_the_broker_dir(
     hand_1 = demo.lines[demo.index_of(r"^hand 1: "):]
     assert re.search(r"^  hand 1 +P1 +(10|[2-9AJQK])[♠♥♦♣]", demo.text, re.M)
     assert re.search(r"^  hand 1 +B2 +(10|[2-9AJQK])[♠♥♦♣]", demo.text, re.M)
-    assert re.match(r"  natural: .*pairs: .*(big|small)", hand_1[1])
-    assert "pays " in hand_1[2] and "lose " in hand_1[2]
+    # Each of these wraps at the view's width, its continuation lines hanging deeper.
+    facts, payouts = unwrapped(hand_1[1:]), unwrapped(hand_1[1:], item=1)
+    assert re.match(r"  natural: .*pairs: .*(big|small)", facts), hand_1[:6]
+    assert payouts.startswith("  pays ") and re.search(r"; lose \w", payouts), hand_1[:6]
 
 
 def test_betting_none_runs_and_stops_cleanly(tmp_path: pathlib.Path,
