@@ -1,0 +1,112 @@
+"""A card's first steps in the daemon, back to back and after a pause (docs/performance.md).
+
+    .venv/bin/python bench/cold_path.py [--cards 400] [--pauses 0,1,5,20] [--spin]
+
+The steps before a card's record is written: the host link decoding the CARD frame
+(`Link.receive_data` and `next_event`), the engine inputs built from it
+(`stamp` and `message_to_inputs`, a pydantic model), and the inputs' JSON for the
+record (`model_dump_json`). Each is timed per card, with `--pauses` milliseconds
+between cards (0: back to back; the latency bench deals a card every 20 ms). The pause
+is a sleep, or with `--spin` a busy loop that touches nothing else, so that the figures
+tell a CPU woken from idle apart from caches that went cold while other code ran.
+Medians in microseconds. The same code runs each time: any difference between the
+pauses is the machine (its caches, its predictors), not the code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import statistics
+import sys
+import time
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+
+from firmware_protocol.link import Link, MessageReceived, Role
+from firmware_protocol.messages import Card
+from shoed.core.engine import build_models
+from shoed.device.inputs import message_to_inputs, stamp
+
+
+def card_frames(n: int) -> list[bytes]:
+    """`n` CARD frames as a shoe sends them, each ACKed on the shoe's side so that the
+    next one goes out (stop-and-wait)."""
+    shoe, frames = Link(Role.DEVICE, 0.0), []
+    for i in range(n):
+        shoe.send(Card(uptime_ms=i, card_index=i, pull_id=i, pull_pos=0, pull_size=1,
+                       code_kind=1, code=bytes([1 + i % 13, 1 + i % 4]), quality=90), 0.0)
+        frames.append(shoe.data_to_send())
+        host = Link(Role.HOST, 0.0)
+        host.receive_data(frames[-1], 0.0)
+        received = host.next_event()
+        assert isinstance(received, MessageReceived), received
+        host.ack(received.seq)
+        shoe.receive_data(host.data_to_send(), 0.0)
+        while shoe.next_event() is not None:
+            pass
+    return frames
+
+
+def pause(seconds: float, spin: bool) -> None:
+    if seconds <= 0:
+        return
+    if not spin:
+        time.sleep(seconds)
+        return
+    until = time.perf_counter() + seconds
+    while time.perf_counter() < until:
+        pass
+
+
+def run(frames: list[bytes], pause_s: float, spin: bool) -> dict[str, float]:
+    host = Link(Role.HOST, 0.0)
+    steps: dict[str, list[float]] = {"decode": [], "inputs": [], "json": []}
+    for frame in frames:
+        pause(pause_s, spin)
+        a = time.perf_counter()
+        host.receive_data(frame, 1.0)
+        event = host.next_event()
+        b = time.perf_counter()
+        assert isinstance(event, MessageReceived), event
+        inputs = message_to_inputs(event.message, stamp(None), None, 50)
+        c = time.perf_counter()
+        bodies = [inp.model_dump_json() for inp in inputs]
+        d = time.perf_counter()
+        assert bodies and '"item":"card"' in bodies[0], bodies  # a card, read
+        host.ack(event.seq)
+        host.data_to_send()
+        while host.next_event() is not None:
+            pass
+        steps["decode"].append(b - a)
+        steps["inputs"].append(c - b)
+        steps["json"].append(d - c)
+    return {name: round(statistics.median(v) * 1e6, 1) for name, v in steps.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--cards", type=int, default=400)
+    parser.add_argument("--pauses", default="0,1,5,20", help="milliseconds between cards")
+    parser.add_argument("--spin", action="store_true", help="busy-wait instead of sleeping")
+    args = parser.parse_args()
+    if args.cards < 1:
+        parser.error(f"--cards must be at least 1, got {args.cards}")
+    try:
+        pauses = [float(p) for p in args.pauses.split(",")]
+    except ValueError:
+        parser.error(f"--pauses must be numbers of milliseconds, comma-separated: "
+                     f"{args.pauses!r}")
+    if any(p < 0 for p in pauses):
+        parser.error(f"--pauses must not be negative: {args.pauses!r}")
+    build_models()
+    frames = card_frames(args.cards)
+    run(frames[: min(50, len(frames))], 0.0, False)  # warm up: imports, first calls
+    results = [{"pause_ms": p, "spin": args.spin, "median_us": run(frames, p / 1000, args.spin)}
+               for p in pauses]
+    print(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
