@@ -24,29 +24,25 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
-from firmware_protocol.link import Link, MessageReceived, Role
-from firmware_protocol.messages import Card
+from firmware_protocol import (
+    Card,
+    Link,
+    MessageReceived,
+    Role,
+    build_frame,
+    encode_payload,
+    optical_code,
+)
+from shoed.core.cards import ALL_CARDS
 from shoed.core.engine import build_models
 from shoed.device.inputs import message_to_inputs, stamp
 
 
 def card_frames(n: int) -> list[bytes]:
-    """`n` CARD frames as a shoe sends them, each ACKed on the shoe's side so that the
-    next one goes out (stop-and-wait)."""
-    shoe, frames = Link(Role.DEVICE, 0.0), []
-    for i in range(n):
-        shoe.send(Card(uptime_ms=i, card_index=i, pull_id=i, pull_pos=0, pull_size=1,
-                       code_kind=1, code=bytes([1 + i % 13, 1 + i % 4]), quality=90), 0.0)
-        frames.append(shoe.data_to_send())
-        host = Link(Role.HOST, 0.0)
-        host.receive_data(frames[-1], 0.0)
-        received = host.next_event()
-        assert isinstance(received, MessageReceived), received
-        host.ack(received.seq)
-        shoe.receive_data(host.data_to_send(), 0.0)
-        while shoe.next_event() is not None:
-            pass
-    return frames
+    """`n` CARD frames (optical, read) with seqs 0, 1, ... (mod 65536) as a shoe sends them."""
+    return [build_frame(Card.TYPE, i % 65536, encode_payload(Card(
+        uptime_ms=i, card_index=i, pull_id=i, pull_pos=0, pull_size=1, code_kind=1,
+        code=optical_code(ALL_CARDS[i % len(ALL_CARDS)]), quality=90))) for i in range(n)]
 
 
 def pause(seconds: float, spin: bool) -> None:
