@@ -141,3 +141,116 @@ def test_after_every_read_our_ack_is_asked_to_leave_at_once(broker) -> None:
         assert not ack_at_once(client_for(broker))  # not connected: nothing to set
 
     asyncio.run(main())
+
+
+def test_a_buffered_read_serves_paho_whole_packets_from_one_recv() -> None:
+    """read_buffered, against a fake paho that reads as paho does (type byte, length
+    byte, body): two PUBACKs that arrived together are one recv(2), and the loop_read
+    goes on until nothing of them is left in the buffer; an ask larger than what is
+    held gets what is held; a closed connection still reads as b""."""
+    from shoed.mqtt.reads import READ_SIZE, read_buffered
+
+    class Sock:
+        def __init__(self) -> None:
+            self.chunks: list[bytes] = []
+            self.asked: list[int] = []
+
+        def recv(self, size: int) -> bytes:
+            self.asked.append(size)
+            if not self.chunks:
+                raise BlockingIOError
+            return self.chunks.pop(0)
+
+    class Paho:
+        def __init__(self) -> None:
+            self._sock = Sock()
+            self.packets: list[bytes] = []
+
+        def socket(self) -> Sock:
+            return self._sock
+
+        def _sock_recv(self, size: int) -> bytes:
+            return self._sock.recv(size)
+
+        def loop_read(self, max_packets: int = 1) -> int:
+            try:
+                header = self._sock_recv(1)
+                if not header:
+                    return 7  # paho: connection lost
+                length = self._sock_recv(1)[0]
+                body = b""
+                while len(body) < length:
+                    body += self._sock_recv(length - len(body))
+            except BlockingIOError:
+                return 0
+            self.packets.append(header + body)
+            return 0
+
+    class Client:
+        def __init__(self) -> None:
+            self._client = Paho()
+
+    client = Client()
+    paho = client._client
+    assert read_buffered(client)  # type: ignore[arg-type]
+    assert read_buffered(client)  # type: ignore[arg-type]  # once is enough
+    paho._sock.chunks = [b"\x40\x02\x00\x01\x40\x02\x00\x02"]
+    assert paho.loop_read() == 0
+    assert paho.packets == [b"\x40\x00\x01", b"\x40\x00\x02"]
+    assert paho._sock.asked == [READ_SIZE]  # one read for both
+    # A packet split over two arrivals: what is held, then the socket again.
+    paho._sock.chunks, paho._sock.asked = [b"\x30\x05ab", b"cde"], []
+    assert paho.loop_read() == 0
+    assert paho.packets[-1] == b"\x30abcde"
+    paho._sock.chunks = [b""]
+    assert paho.loop_read() == 7  # closed: paho's own answer
+
+
+def test_a_buffered_client_reads_a_burst_and_a_large_message_whole(broker) -> None:
+    """Against a real Mosquitto: PUBACKs of a burst cost fewer reads than packets, and a
+    4 MiB message and the small ones behind it arrive whole and in order."""
+    from shoed.mqtt.reads import read_buffered
+
+    big = bytes(range(256)) * (4 * 4096)
+
+    async def scenario() -> tuple[list[bytes], int, int]:
+        got: list[bytes] = []
+        async with client_for(broker) as subscriber, client_for(broker) as client:
+            paho = client._client
+            original = paho._sock_recv
+            recvs = asks = 0
+
+            def socket_read(size: int) -> bytes:  # what reaches the socket
+                nonlocal recvs
+                recvs += 1
+                return original(size)
+
+            paho._sock_recv = socket_read
+            assert read_buffered(subscriber) and read_buffered(client)
+            buffered = paho._sock_recv
+
+            def paho_read(size: int) -> bytes:  # what paho asks for
+                nonlocal asks
+                asks += 1
+                return buffered(size)
+
+            paho._sock_recv = paho_read
+            await subscriber.subscribe("t/buffered", qos=1)
+            recvs = asks = 0
+            await asyncio.gather(*[client.publish("t/buffered", f"{i}".encode(), qos=1)
+                                   for i in range(100)])
+            burst = (recvs, asks)
+            await client.publish("t/buffered", big, qos=1)
+            await client.publish("t/buffered", b"after", qos=1)
+            async with asyncio.timeout(20):
+                async for message in subscriber.messages:
+                    got.append(bytes(message.payload))  # type: ignore[arg-type]
+                    if len(got) == 102:
+                        break
+        return got, *burst
+
+    got, recvs, asks = asyncio.run(scenario())
+    assert asks >= 3 * 100  # paho asked three times a PUBACK ...
+    assert recvs < 100  # ... and the socket was read fewer times than PUBACKs came
+    assert got[:100] == [f"{i}".encode() for i in range(100)]
+    assert got[100] == big and got[101] == b"after"

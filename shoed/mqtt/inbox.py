@@ -34,6 +34,7 @@ from paho.mqtt.properties import Properties
 
 from shoed.core.commands import ANONYMOUS
 from shoed.desk import Answer, CommandDesk, Incoming, ReplayPage
+from shoed.mqtt.reads import read_buffered
 from shoed.mqtt.window import PublishWindow
 from shoed.mqtt.writes import ack_at_once
 
@@ -226,7 +227,8 @@ class Inbox:
                              action=f"replayed on the daemon's connection, {REPLAY_WINDOW} "
                                     "in flight")
             return None
-        ack_at_once(own)  # its PUBACKs come back to back: none waits for our delayed ACK
+        read_buffered(own)  # its PUBACKs come back to back: read together
+        ack_at_once(own)  # and none waits for our delayed ACK
         return own
 
     async def _stream(self, via: aiomqtt.Client, page: ReplayPage, in_flight: int) -> int:

@@ -47,6 +47,7 @@ from shoed.mqtt.claim import (
     side_connection_args,
 )
 from shoed.mqtt.inbox import REPLAY_IN_FLIGHT, Inbox, StampedQueue, publish_properties
+from shoed.mqtt.reads import read_buffered
 from shoed.mqtt.window import PublishWindow
 from shoed.mqtt.writes import ack_at_once, send_when_queued
 from shoed.status import TableStatus
@@ -281,6 +282,7 @@ class MqttService:
 
     async def _connected(self, client: aiomqtt.Client) -> None:
         send_when_queued(client)  # the event's bytes leave without a loop turn
+        read_buffered(client)  # what the broker sent, in one recv(2), not one per byte
         ack_at_once(client)  # the broker's next packet never waits for our delayed ACK
         self._connected_at = asyncio.get_running_loop().time()
         self.client = client
