@@ -165,7 +165,7 @@ async def main() -> None:
     args = parser.parse_args()
     ignore_closed_subscriber_writer(asyncio.get_running_loop())
     journal_dir = args.journal or pathlib.Path(tempfile.mkdtemp(prefix="bench-replay-j-"))
-    if not (journal_dir / "journal.db").exists():
+    if not (journal_dir / "journal.sqlite3").exists():  # grown before: reused as it is
         grow(journal_dir, args.events, sync=False, seed=1).close()
     broker = PrivateMosquitto(extra_config="max_queued_messages 1000000\n" + (
         "set_tcp_nodelay true\n" if args.broker_nodelay else ""))
