@@ -37,7 +37,7 @@ import aiomqtt
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from procfs import cpu_seconds, rss_kb, stop  # noqa: E402
+from procfs import cpu_seconds, cpu_times, rss_kb, stop  # noqa: E402
 from quiet import ignore_closed_subscriber_writer  # noqa: E402
 from ready import idle_shoe, notify_socket, wait_ready  # noqa: E402
 
@@ -204,7 +204,7 @@ async def run_target(target: str, cards: int, pace: float, broker: PrivateMosqui
                 stop(proc)  # its stdout closes, and the reading thread ends with it
                 raise RuntimeError(f"the floor did not start within 30 s (printed {line!r})")
     started = time.perf_counter()
-    cpu_before = cpu_seconds(proc.pid)  # the run's CPU, not the start's
+    cpu_before = cpu_times(proc.pid)  # the run's CPU, not the start's
     if runner is None:
         runner = asyncio.create_task(pty.run())
     deadline = started + cards * max(pace, 0.004) * 3 + 120
@@ -213,7 +213,8 @@ async def run_target(target: str, cards: int, pace: float, broker: PrivateMosqui
     sent_cards = len(shoe.card_seqs)
     elapsed = time.perf_counter() - started
     await asyncio.sleep(1.0)
-    cpu_used = cpu_seconds(proc.pid) - cpu_before
+    user, system = (after - before for after, before in
+                    zip(cpu_times(proc.pid), cpu_before, strict=True))
     rss = rss_kb(proc.pid)
     stop(proc)
     runner.cancel()
@@ -235,7 +236,13 @@ async def run_target(target: str, cards: int, pace: float, broker: PrivateMosqui
                             for s in shoe.card_seqs if s in shoe.sent and s in shoe.acked],
             "log": str(tmp / "shoed.log") if is_shoed else None,
             "rss_kb_after": rss, "ready_s": round(ready_s, 3) if ready_s else None,
-            "cpu_s": cpu_used}
+            "cpu_s": user + system, "cpu_user_s": user, "cpu_system_s": system}
+
+
+def per_card(runs: list[dict[str, Any]], seconds: str) -> float:
+    """Milliseconds of `seconds` (a CPU figure of each round) per card sent, pooled."""
+    return round(1000 * sum(r[seconds] for r in runs)
+                 / max(1, sum(r["cards_sent"] for r in runs)), 3)
 
 
 def pooled(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -252,8 +259,10 @@ def pooled(runs: list[dict[str, Any]]) -> dict[str, Any]:
                                                     3) for r in runs if r["to_event"]],
             "rss_kb_after": [r["rss_kb_after"] for r in runs],
             # user + system time of the host process while dealing (and 1 s after), per card
-            "cpu_ms_per_card": round(1000 * sum(r["cpu_s"] for r in runs)
-                                     / max(1, sum(r["cards_sent"] for r in runs)), 3),
+            "cpu_ms_per_card": per_card(runs, "cpu_s"),
+            # the same in two parts: the process's own code, and the kernel's for it
+            "cpu_user_ms_per_card": per_card(runs, "cpu_user_s"),
+            "cpu_system_ms_per_card": per_card(runs, "cpu_system_s"),
             "ready_s": [r["ready_s"] for r in runs if r["ready_s"]]}
 
 
@@ -264,9 +273,11 @@ def ratios(results: list[dict[str, Any]], over: str = "floor") -> dict[str, floa
         return {}
     out = {f"{figure}_{q}": round(by["shoed"][figure][q] / by[over][figure][q], 2)
            for figure in ("card_to_ack_ms", "card_to_event_ms") for q in ("p50", "p99")}
-    if by[over]["cpu_ms_per_card"]:
-        out["cpu_per_card"] = round(by["shoed"]["cpu_ms_per_card"]
-                                    / by[over]["cpu_ms_per_card"], 2)
+    for figure, name in (("cpu_ms_per_card", "cpu_per_card"),
+                         ("cpu_user_ms_per_card", "cpu_user_per_card"),
+                         ("cpu_system_ms_per_card", "cpu_system_per_card")):
+        if by[over].get(figure):
+            out[name] = round(by["shoed"][figure] / by[over][figure], 2)
     return out
 
 

@@ -11,13 +11,18 @@ import subprocess
 TICK = os.sysconf("SC_CLK_TCK")
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU of a process so far (0 when it is gone)."""
+def cpu_times(pid: int) -> tuple[float, float]:
+    """User and system CPU of a process so far, in seconds (0, 0 when it is gone)."""
     try:
         fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / TICK
+        return 0.0, 0.0
+    return int(fields[11]) / TICK, int(fields[12]) / TICK
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process so far (0 when it is gone)."""
+    return sum(cpu_times(pid))
 
 
 def rss_kb(pid: int) -> int | None:
