@@ -6,6 +6,8 @@
     .venv/bin/python bench/latency.py --footprint              # RSS, idle CPU, start->READY
     .venv/bin/python bench/latency.py --cards 5000 --rounds 5 --targets shoed,baseline \
         --baseline ../old-checkout                             # this tree against another
+    .venv/bin/python bench/latency.py --cards 5000 --rounds 5 --targets shoed,baseline,floor \
+        --baseline . --shoed-env SHOED_STATE__RECORD_SYNC=aio  # a setting against the default
     .venv/bin/python bench/latency.py --cards 1000 --targets shoed --journal /tmp/big
                                           # on a copy of a grown journal (grow_journal.py)
 
@@ -37,7 +39,7 @@ import aiomqtt
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from procfs import cpu_seconds, cpu_times, rss_kb, stop  # noqa: E402
+from procfs import cpu_seconds, cpu_times, machine_busy_seconds, rss_kb, stop  # noqa: E402
 from quiet import ignore_closed_subscriber_writer  # noqa: E402
 from ready import idle_shoe, notify_socket, wait_ready  # noqa: E402
 
@@ -82,6 +84,9 @@ BASELINE: pathlib.Path | None = None
 # --profile: where shoed's cProfile statistics go (read them with pstats).
 PROFILE: pathlib.Path | None = None
 JOURNAL: pathlib.Path | None = None  # --journal: shoed starts on a copy of this state dir
+# --shoed-env KEY=VALUE: set for the target "shoed" only (a setting to compare against the
+# same tree as "baseline", e.g. SHOED_STATE__RECORD_SYNC=aio with --baseline .)
+SHOED_ENV: dict[str, str] = {}
 TABLE = "B1"
 
 
@@ -175,8 +180,9 @@ async def run_target(target: str, cards: int, pace: float, broker: PrivateMosqui
             os.sync()
         start = time.perf_counter()
         command, cwd = shoed_command(target)
+        extra = SHOED_ENV if target == "shoed" else {}
         proc = subprocess.Popen([*command, "run", "--config", str(config)], cwd=cwd,
-                                env=dict(os.environ, NOTIFY_SOCKET=str(notify)),
+                                env=dict(os.environ, NOTIFY_SOCKET=str(notify), **extra),
                                 preexec_fn=pin_host,
                                 stdout=open(tmp / "shoed.log", "wb"),  # noqa: SIM115
                                 stderr=subprocess.STDOUT)
@@ -205,6 +211,7 @@ async def run_target(target: str, cards: int, pace: float, broker: PrivateMosqui
                 raise RuntimeError(f"the floor did not start within 30 s (printed {line!r})")
     started = time.perf_counter()
     cpu_before = cpu_times(proc.pid)  # the run's CPU, not the start's
+    machine_before = machine_busy_seconds()
     if runner is None:
         runner = asyncio.create_task(pty.run())
     deadline = started + cards * max(pace, 0.004) * 3 + 120
@@ -215,6 +222,7 @@ async def run_target(target: str, cards: int, pace: float, broker: PrivateMosqui
     await asyncio.sleep(1.0)
     user, system = (after - before for after, before in
                     zip(cpu_times(proc.pid), cpu_before, strict=True))
+    machine = machine_busy_seconds() - machine_before
     rss = rss_kb(proc.pid)
     stop(proc)
     runner.cancel()
@@ -236,7 +244,8 @@ async def run_target(target: str, cards: int, pace: float, broker: PrivateMosqui
                             for s in shoe.card_seqs if s in shoe.sent and s in shoe.acked],
             "log": str(tmp / "shoed.log") if is_shoed else None,
             "rss_kb_after": rss, "ready_s": round(ready_s, 3) if ready_s else None,
-            "cpu_s": user + system, "cpu_user_s": user, "cpu_system_s": system}
+            "cpu_s": user + system, "cpu_user_s": user, "cpu_system_s": system,
+            "machine_cpu_s": machine}
 
 
 def per_card(runs: list[dict[str, Any]], seconds: str) -> float:
@@ -263,6 +272,8 @@ def pooled(runs: list[dict[str, Any]]) -> dict[str, Any]:
             # the same in two parts: the process's own code, and the kernel's for it
             "cpu_user_ms_per_card": per_card(runs, "cpu_user_s"),
             "cpu_system_ms_per_card": per_card(runs, "cpu_system_s"),
+            # the whole machine's busy CPU (bench, broker and kernel workers included)
+            "machine_cpu_ms_per_card": per_card(runs, "machine_cpu_s"),
             "ready_s": [r["ready_s"] for r in runs if r["ready_s"]]}
 
 
@@ -275,7 +286,8 @@ def ratios(results: list[dict[str, Any]], over: str = "floor") -> dict[str, floa
            for figure in ("card_to_ack_ms", "card_to_event_ms") for q in ("p50", "p99")}
     for figure, name in (("cpu_ms_per_card", "cpu_per_card"),
                          ("cpu_user_ms_per_card", "cpu_user_per_card"),
-                         ("cpu_system_ms_per_card", "cpu_system_per_card")):
+                         ("cpu_system_ms_per_card", "cpu_system_per_card"),
+                         ("machine_cpu_ms_per_card", "machine_cpu_per_card")):
         if by[over].get(figure):
             out[name] = round(by["shoed"][figure] / by[over][figure], 2)
     return out
@@ -326,9 +338,16 @@ async def main() -> None:
     parser.add_argument("--journal", type=pathlib.Path, default=None,
                         help="start shoed on a copy of this state directory (one grown by "
                              "bench/grow_journal.py, table BENCH)")
+    parser.add_argument("--shoed-env", action="append", default=[], metavar="KEY=VALUE",
+                        help="an environment variable for the target 'shoed' only")
     parser.add_argument("--profile", type=pathlib.Path, default=None,
                         help="run shoed under cProfile, statistics written here")
     args = parser.parse_args()
+    for item in args.shoed_env:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            parser.error(f"--shoed-env expects KEY=VALUE, got {item!r}")
+        SHOED_ENV[key] = value
     if args.profile is not None:
         global PROFILE
         PROFILE = args.profile.resolve()

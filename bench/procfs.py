@@ -25,6 +25,15 @@ def cpu_seconds(pid: int) -> float:
     return sum(cpu_times(pid))
 
 
+def machine_busy_seconds() -> float:
+    """CPU time the whole machine has spent busy so far, all cores (/proc/stat: user,
+    nice, system, irq, softirq, steal): counts kernel workers too, which a process's own
+    times do not (e.g. a sync the kernel runs for it in a worker thread)."""
+    fields = pathlib.Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, fields[:8])
+    return (user + nice + system + irq + softirq + steal) / TICK
+
+
 def rss_kb(pid: int) -> int | None:
     """Resident set size in KiB (None when the process is gone)."""
     try:
