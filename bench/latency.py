@@ -7,7 +7,7 @@
     .venv/bin/python bench/latency.py --cards 5000 --rounds 5 --targets shoed,baseline \
         --baseline ../old-checkout                             # this tree against another
     .venv/bin/python bench/latency.py --cards 5000 --rounds 5 --targets shoed,baseline,floor \
-        --baseline . --shoed-env SHOED_STATE__RECORD_SYNC=aio  # a setting against the default
+        --baseline . --shoed-env SHOED_DAEMON__EVENT_LOOP=uvloop  # a setting against the default
     .venv/bin/python bench/latency.py --cards 1000 --targets shoed --journal /tmp/big
                                           # on a copy of a grown journal (grow_journal.py)
 
@@ -85,7 +85,7 @@ BASELINE: pathlib.Path | None = None
 PROFILE: pathlib.Path | None = None
 JOURNAL: pathlib.Path | None = None  # --journal: shoed starts on a copy of this state dir
 # --shoed-env KEY=VALUE: set for the target "shoed" only (a setting to compare against the
-# same tree as "baseline", e.g. SHOED_STATE__RECORD_SYNC=aio with --baseline .)
+# same tree as "baseline", e.g. SHOED_DAEMON__EVENT_LOOP=uvloop with --baseline .)
 SHOED_ENV: dict[str, str] = {}
 TABLE = "B1"
 

@@ -299,10 +299,6 @@ class StateSection(Section):
     snapshot_every: int = Field(default=64, ge=1, le=100_000)
     # Only when the journal is damaged or foreign: move it aside, start a new one.
     new_journal: bool = False
-    # How a frame's record is fdatasynced before its ACK (docs/decisions.md 141):
-    # "blocking" (os.fdatasync, then the ACK, then the engine) or "aio" (Linux native AIO:
-    # the engine works while the kernel syncs; the ACK and the events wait for the sync).
-    record_sync: Literal["blocking", "aio"] = "blocking"
 
 
 class AuthSection(Section):

@@ -38,15 +38,13 @@ class KillReport:
     dealt: list[str] = field(default_factory=list)
 
 
-def write_config(tmp: pathlib.Path, broker: PrivateMosquitto, decks: int,
-                 record_sync: str = "blocking") -> pathlib.Path:
+def write_config(tmp: pathlib.Path, broker: PrivateMosquitto, decks: int) -> pathlib.Path:
     return config_file(tmp / "shoed.toml", {
         "table": {"id": "T9", "betting_control": "none"},
         "device": {"port": str(tmp / "shoe"), "reconnect_max_s": 0.3},
         "mqtt": {"url": broker.url, "publish_timeout_s": 3.0},
         "rules": {"decks": decks},
-        "state": {"dir": str(tmp / "state"), "snapshot_every": 16,
-                  "record_sync": record_sync},
+        "state": {"dir": str(tmp / "state"), "snapshot_every": 16},
         "log": {"format": "json", "level": "warning"},
     })
 
@@ -73,13 +71,12 @@ def start_simulator(tmp: pathlib.Path, decks: int, seed: int, pace: float,
 
 
 async def kill_run(tmp: pathlib.Path, broker: PrivateMosquitto, kills: int, crash_points: int,
-                   seed: int, decks: int = 1, pace: float = 0.05,
-                   record_sync: str = "blocking") -> KillReport:
+                   seed: int, decks: int = 1, pace: float = 0.05) -> KillReport:
     """Deal a shoe while the daemon is killed (-9) `kills` times at random instants and
     `crash_points` times right between a journal commit and its ACK."""
     rng = random.Random(seed)
     report = KillReport()
-    config = write_config(tmp, broker, decks, record_sync)
+    config = write_config(tmp, broker, decks)
     collector = Collector(broker.port, "shoed/T9")
     collector_task = asyncio.create_task(collector.run())
     await wait_for(collector.connected.is_set, 10, "collector")

@@ -71,18 +71,14 @@ def test_full_8_deck_shoe_end_to_end(tmp_path: pathlib.Path, broker: PrivateMosq
     asyncio.run(main())
 
 
-@pytest.mark.parametrize("record_sync", ["blocking", "aio"])
 def test_rules_visible_on_mqtt_with_line_noise(tmp_path: pathlib.Path,
-                                               broker: PrivateMosquitto,
-                                               record_sync: str) -> None:
-    """Multi-card pulls, unnecessary cards and a noisy line; results still right (with
-    either record sync: the engine after the ACK, or during the record's sync)."""
+                                               broker: PrivateMosquitto) -> None:
+    """Multi-card pulls, unnecessary cards and a noisy line; results still right."""
     async def main() -> None:
         script = Script(pace_s=0.0, shoes=1, multi_pull_rate=0.3, unnecessary_rate=0.15,
                         noise_rate=0.05)
         async with rig(tmp_path, broker, decks=1, seed=3, script=script,
-                       rules={"unnecessary_cards": "burn_then_player"},
-                       state={"record_sync": record_sync}) as r:
+                       rules={"unnecessary_cards": "burn_then_player"}) as r:
             await wait_for(lambda: r.collector.of("shoe_ended") or r.collector.of(
                 "shoe_voided"), 120, "the shoe to finish")
             await wait_for(lambda: r.daemon.outbox.depth() == 0, 10, "outbox drained")
@@ -90,7 +86,6 @@ def test_rules_visible_on_mqtt_with_line_noise(tmp_path: pathlib.Path,
             assert ("multi_card_pull", "reordered") in procedures
             assert ("unnecessary_card", "next_burn") in procedures
             assert r.daemon.session.link.discards, "noise was seen"
-            assert r.daemon.recorder.journal.record_sync == record_sync
             check_shoe(r.collector.events, r.shoe.dealt)
     asyncio.run(main())
 

@@ -83,18 +83,15 @@ def _mount_tmpfs(path: pathlib.Path, size: str) -> bool:
     return done.returncode == 0
 
 
-@pytest.mark.parametrize("record_sync", ["blocking", "aio"])
 def test_disk_full_stops_acks_then_recovers_without_loss(tmp_path: pathlib.Path,
-                                                         broker: PrivateMosquitto,
-                                                         record_sync: str) -> None:
+                                                         broker: PrivateMosquitto) -> None:
     state = tmp_path / "state"
     if not _mount_tmpfs(state, "4m"):
         pytest.skip("needs root and mount(2) for a real full filesystem")
 
     async def main() -> None:
         async with rig(tmp_path, broker, decks=1, seed=9,
-                       script=Script(pace_s=0.03, shoes=1),
-                       state={"record_sync": record_sync}) as r:
+                       script=Script(pace_s=0.03, shoes=1)) as r:
             c = r.collector
             await wait_for(lambda: len(c.of("hand_result")) >= 1, 30, "a result")
             filler = state / "filler"
@@ -125,19 +122,17 @@ def test_disk_full_stops_acks_then_recovers_without_loss(tmp_path: pathlib.Path,
         subprocess.run(["umount", "-l", str(state)], capture_output=True)
 
 
-@pytest.mark.parametrize("record_sync", ["blocking", "aio"])
 def test_daemon_kill9_at_random_instants_loses_and_doubles_nothing(
-        tmp_path: pathlib.Path, broker: PrivateMosquitto, record_sync: str) -> None:
+        tmp_path: pathlib.Path, broker: PrivateMosquitto) -> None:
     started = time.monotonic()
     report = asyncio.run(kill_run(tmp_path, broker, kills=scale(4, 50),
-                                  crash_points=scale(3, 20), seed=13,
-                                  record_sync=record_sync))
+                                  crash_points=scale(3, 20), seed=13))
     check_shoe(report.events, report.dealt)
     indexes = [e["card_index"] for e in report.events if e["type"] == "card"
                and e["card_index"] is not None]
     assert sorted(set(indexes)) == list(range(1, len(report.dealt) + 1))
     assert report.events[0]["seq"] == 1
     assert report.kills + report.crash_points == scale(7, 70)
-    print(f"kill -9 run ({record_sync}): {report.kills} kills, {report.crash_points} crash points, "
+    print(f"kill -9 run: {report.kills} kills, {report.crash_points} crash points, "
           f"{len(report.dealt)} cards, {len(report.events)} events, "
           f"{time.monotonic() - started:.1f} s")

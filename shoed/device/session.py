@@ -1,8 +1,7 @@
 """DeviceSession: the shoe's side of the daemon.
 
-For every frame: link -> inputs -> ``recorder.record_apply(inputs, dedup, ack)``: the record
-written, the engine applied while it is fdatasynced, then ``link.ack(seq)`` and only then
-the events to the publisher (spec section 3: ACK only after durable). The link's
+For every frame: link -> inputs -> ``recorder.record(inputs, dedup)`` -> ``link.ack(seq)``
+-> ``recorder.apply(recorded)`` (spec section 3: ACK only after durable). The link's
 retransmissions and liveness and the engine's pull timeout share one timer, a single
 ``loop.call_at`` re-armed after every firing and whenever something falls due sooner (as
 aioquic's asyncio protocol does with its connection's get_timer()); the link runs on the
@@ -131,13 +130,13 @@ class DeviceSession:
         if self._wrong_device:
             link.refuse(event.seq)  # not our shoe: no ACK, nothing applied
             return
-        def ack() -> None:  # the record is on disk: the ACK leaves before any event
-            link.ack(event.seq)
-            self._flush()
-
-        if self.recorder.record_apply(inputs, event.dedup_after, ack) is None:
+        recorded = self.recorder.record(inputs, event.dedup_after)
+        if recorded is None:
             link.refuse(event.seq)
             return
+        link.ack(event.seq)
+        self._flush()  # the ACK leaves before the effect is worked out
+        self.recorder.apply(recorded)
         if isinstance(message, Malformed) and message.type_code == Hello.TYPE:
             link.send(GetInfo(), time.monotonic())
         if isinstance(message, Hello | Fault):

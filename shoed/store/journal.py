@@ -49,7 +49,6 @@ from .check import (
     read_wal_index,
     record_damage,
 )
-from .datasync import open_datasync
 from .records import (
     NEWEST_INPUT_SQL,
     RECORDS_NAME,
@@ -291,10 +290,8 @@ class Journal:
 
     def __init__(self, directory: pathlib.Path, *, new_journal: bool = False,
                  wall: Callable[[], float] = time.time,
-                 monotonic: Callable[[], float] = time.monotonic,
-                 record_sync: str = "blocking") -> None:
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         prepare_state_dir(directory)
-        self.record_sync_asked = record_sync  # "blocking" or "aio" (open_datasync)
         self.directory = directory
         self.path = directory / DB_NAME
         self._wall = wall
@@ -306,8 +303,6 @@ class Journal:
         self._uptime: Uptime | None = None
         self._uptime_saved_at = 0.0
         self._records: RecordLog | None = None
-        self._recording: tuple[Entry, int] | None = None  # record_begin's, until record_end
-        self.sync_fallback: str | None = None  # why records are synced blocking, if so
         self._pending: list[Entry] = []  # recorded in the log, not yet in the database
         self._next_input_id = 1
         self.moved_aside: pathlib.Path | None = None
@@ -423,8 +418,7 @@ class Journal:
                 f"the record log {path} is missing or empty after a stop that was not "
                 f"clean: frames the shoe was told were recorded may be gone")
         try:
-            sync, self.sync_fallback = open_datasync(self.record_sync_asked)
-            self._records = RecordLog(path, self.instance_id, sync)
+            self._records = RecordLog(path, self.instance_id)
             os.chmod(path, 0o640)
         except RecordLogError as error:
             raise self._damaged(str(error)) from error
@@ -553,50 +547,19 @@ class Journal:
         the link's dedup state, as one entry of the record log, written and fdatasynced;
         their ids. The next transaction copies it into the database. Raises
         StorageError (nothing recorded) when it cannot be written."""
-        ids = self.record_begin(inputs, dedup)
-        self.record_end()
-        return ids
-
-    def record_begin(self, inputs: list[tuple[float, str]], dedup: str) -> list[int]:
-        """:meth:`record` in two steps: the entry written and its fdatasync started; the
-        ids its inputs will have. Nothing is recorded until :meth:`record_end` returns
-        (the daemon applies the inputs in between, and rolls them back if it raises).
-        StorageError if the entry could not be written."""
         if self._in_tx or self._records is None:
             raise StorageError("journal: a record cannot be written inside a transaction "
                                "or with the journal closed")
-        if self._recording is not None:
-            raise StorageError("journal: a record is already being written: record_end() it")
         first = self._next_input_id
         rows = tuple((first + k, at, body) for k, (at, body) in enumerate(inputs))
         try:
-            size = self._records.begin(rows, first - 1, dedup)
+            self._records.append(rows, first - 1, dedup)
         except OSError as error:
             raise StorageError(f"record log {self._records.path}: {error.strerror}"
                                ) from error
-        self._recording = (Entry(rows, first - 1, dedup), size)
+        self._next_input_id = first + len(rows)
+        self._pending.append(Entry(rows, first - 1, dedup))
         return [row[0] for row in rows]
-
-    def record_end(self) -> None:
-        """Wait for the fdatasync :meth:`record_begin` started: the record is durable when
-        this returns; StorageError (nothing recorded) if the sync failed."""
-        started, self._recording = self._recording, None
-        if started is None or self._records is None:
-            raise StorageError("journal: no record is being written")
-        entry, size = started
-        try:
-            self._records.finish(size)
-        except OSError as error:
-            raise StorageError(f"record log {self._records.path}: {error.strerror}"
-                               ) from error
-        self._next_input_id = entry.last_id + 1
-        self._pending.append(entry)
-
-    @property
-    def record_sync(self) -> str:
-        """How a record's fdatasync is made: "aio" (started, then waited for) or
-        "blocking" (shoed/store/datasync.py)."""
-        return self._records.sync.kind if self._records is not None else "closed"
 
     def _save_uptime(self) -> None:
         if self._uptime is not None:

@@ -100,8 +100,7 @@ class Recorder:
              log: Any) -> Recorder:
         """Open the journal and rebuild the engine from its latest snapshot and the
         inputs recorded after it (their missing events are written back)."""
-        journal = Journal(settings.state.dir, new_journal=settings.state.new_journal,
-                          record_sync=settings.state.record_sync)
+        journal = Journal(settings.state.dir, new_journal=settings.state.new_journal)
         if journal.moved_aside is not None:
             log.warning("journal_moved_aside", damage=journal.damage,
                         moved_to=str(journal.moved_aside), instance=journal.instance_id)
@@ -128,12 +127,7 @@ class Recorder:
                  replayed_inputs=replayed, records_recovered=journal.recovered_records,
                  events_recovered=last_event - recovered,
                  seq=engine.seq, outbox=journal.outbox_depth(), dedup_boot_id=dedup.boot_id,
-                 dedup_last_seq=dedup.last_seq, shoe_state=engine.public_state()["shoe_state"],
-                 record_sync=journal.record_sync)
-        if journal.sync_fallback is not None:
-            log.warning("record_sync_blocking", reason=journal.sync_fallback,
-                        effect="a card's events are worked out after its record's sync, "
-                               "not during it (nothing else changes)")
+                 dedup_last_seq=dedup.last_seq, shoe_state=engine.public_state()["shoe_state"])
         return recorder
 
     @property
@@ -178,77 +172,16 @@ class Recorder:
             hook()
         return recorded
 
-    def record_apply(self, inputs: list[Input], dedup: DedupState,
-                     on_durable: Callable[[], None]) -> list[Output] | None:
-        """A device frame's whole durable step: its record written and fdatasynced, then
-        ``on_durable()`` (the ACK), then its events to the publisher; None when storage
-        failed (nothing ACKed or handed over). With ``state.record_sync = "aio"`` the
-        engine runs while the kernel syncs, and is rolled back with the outbox if the
-        sync fails (memory never runs ahead of the record); the ACK and the events still
-        wait for the sync (docs/decisions.md 141)."""
-        if not self.status.storage_ok and not self.retry():
-            return None
-        journal, engine, outbox = self.journal, self.engine, self.outbox
-        try:
-            ids = journal.record_begin([(inp.at, inp.model_dump_json()) for inp in inputs],
-                                       dedup_json(dedup))
-        except StorageError as not_written:
-            self._failed(str(not_written))
-            return None
-        if journal.record_sync != "aio":  # synced already: ACK, then the engine (as ever)
-            try:
-                journal.record_end()
-            except StorageError as failed:
-                self._failed(str(failed))
-                return None
-            for hook in RECORD_HOOKS:
-                hook()
-            on_durable()
-            return self.apply(list(zip(ids, inputs, strict=True)))
-        mark = outbox.mark()
-        before = (self._inputs_since_snapshot, self._last_applied_input)
-        rollback = None
-        outputs: list[Output] = []
-        bug: BaseException | None = None
-        try:
-            for input_id, inp in zip(ids, inputs, strict=True):
-                outputs.append(self._apply(input_id, inp))
-                rollback = rollback or engine.last_rollback
-        except BaseException as raised:  # a bug: still waited for, ACKed as before
-            bug = raised
-        try:
-            journal.record_end()
-        except StorageError as failed:
-            if rollback is not None:
-                engine.roll_back(rollback)
-            outbox.rollback(mark)
-            self._inputs_since_snapshot, self._last_applied_input = before
-            self._failed(str(failed))
-            return None
-        for hook in RECORD_HOOKS:
-            hook()
-        on_durable()
-        if bug is not None:
-            raise bug
-        for out in outputs:
-            self._hand_over(out)
-        self._effects_soon()
-        return outputs
-
     def apply(self, recorded: list[tuple[int, Input]]) -> list[Output]:
         """The game effect of recorded inputs: engine, events to the publisher at once;
         their outbox rows follow (write_effects)."""
         outputs = [self._apply(input_id, inp) for input_id, inp in recorded]
         for out in outputs:
             self._hand_over(out)
-        self._effects_soon()
-        return outputs
-
-    def _effects_soon(self) -> None:
-        """The effect timer, when something waits to be written and none is armed."""
         if (self.outbox.unwritten or self.journal.pending) and self._effects_timer is None:
             self._effects_timer = asyncio.get_running_loop().call_later(
                 EFFECT_WRITE_DELAY_S, self.write_effects)
+        return outputs
 
     # -- everything else: one transaction, then apply ---------------------------------------
 

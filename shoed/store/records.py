@@ -12,9 +12,7 @@ last fraction of a second of records, and nothing else reads it (docs/decisions.
 Why: an SQLite transaction for a card's record cost 0.66 ms before its ACK (BEGIN, the
 row, the WAL frames, the commit's fsync); one write and one ``fdatasync`` into a file
 whose blocks are already allocated costs what the floor pays (docs/performance.md,
-"Sixth pass"). The write and its sync come in two steps (:meth:`RecordLog.begin`, then
-:meth:`RecordLog.finish`), so that the daemon can work out the frame's events while the
-kernel syncs (shoed/store/datasync.py); the entry counts only once its sync has returned.
+"Sixth pass").
 
 Layout (little-endian). The header, 32 bytes: ``SHOEDREC``, the format version (u32), the
 journal's instance id (20 bytes, NUL-padded). Then entries, back to back from offset 32::
@@ -42,8 +40,6 @@ import struct
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-from .datasync import BlockingSync, Datasync
 
 RECORDS_NAME = "journal.records"
 MAGIC = b"SHOEDREC"
@@ -139,12 +135,9 @@ class RecordLog:
     """The open record log of one journal (`instance` its id). Raises OSError from the
     file, RecordLogError for a file that is not this journal's."""
 
-    def __init__(self, path: pathlib.Path, instance: str,
-                 sync: Datasync | None = None) -> None:
+    def __init__(self, path: pathlib.Path, instance: str) -> None:
         self.path = path
         self.instance = instance
-        self.sync: Datasync = sync or BlockingSync()  # how an entry's fdatasync is made
-        self._started: int | None = None  # the size of the entry whose sync is started
         self.entries: list[Entry] = []  # what the file held when opened
         made = not path.exists()
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o640)
@@ -179,28 +172,12 @@ class RecordLog:
 
     def append(self, inputs: Sequence[tuple[int, float, str]], after: int, dedup: str) -> None:
         """One frame's entry, written and fdatasynced (OSError if it could not be)."""
-        self.finish(self.begin(inputs, after, dedup))
-
-    def begin(self, inputs: Sequence[tuple[int, float, str]], after: int, dedup: str) -> int:
-        """Write one frame's entry and start its fdatasync (:attr:`sync`); its size, for
-        :meth:`finish`, which waits for the sync. OSError if it could not be written or
-        the sync not started (nothing counts then: the next entry goes over it)."""
-        if self._started is not None:
-            raise RuntimeError("a record log entry is still being synced: finish() it")
         body = encode_body(inputs, after, dedup)
         tail = struct.pack("<QI", self._generation, self._index) + body
         entry = struct.pack("<II", len(body), zlib.crc32(tail)) + tail
         _write_all(self._fd, entry, self._offset)
-        self.sync.start(self._fd)
-        self._started = len(entry)
-        return len(entry)
-
-    def finish(self, size: int) -> None:
-        """The entry :meth:`begin` wrote is on disk once this returns (OSError if its sync
-        failed: then it does not count, and the next entry is written over it)."""
-        self._started = None
-        self.sync.wait()
-        self._offset += size
+        os.fdatasync(self._fd)
+        self._offset += len(entry)
         self._index += 1
 
     def reuse(self) -> None:
@@ -216,7 +193,6 @@ class RecordLog:
 
     def close(self) -> None:
         if self._fd >= 0:
-            self.sync.close()  # waits for a sync still running
             os.close(self._fd)
             self._fd = -1
 
