@@ -344,12 +344,12 @@ class LogSection(Section):
 
 
 class DaemonSection(Section):
-    """How `shoed run` runs (docs/decisions.md 139, 142)."""
+    """How `shoed run` runs (docs/decisions.md 139)."""
 
-    # uvloop: libuv's event loop (C), the default: ~7 % less CPU a card than the standard
-    # library's, a big `replay` as fast (docs/decisions.md 142). asyncio: the standard
-    # library's. uvloop not installed: asyncio, said in the log.
-    event_loop: Literal["asyncio", "uvloop"] = "uvloop"
+    # asyncio: the standard library's event loop. uvloop: libuv's (C): a little less CPU
+    # a card, a slower big `replay` (docs/decisions.md 139); not installed: asyncio, said
+    # in the log.
+    event_loop: Literal["asyncio", "uvloop"] = "asyncio"
 
 
 class RoadsSection(Section):

@@ -1,10 +1,9 @@
-"""`daemon.event_loop`: `shoed run` on uvloop (the default) or the standard library's loop.
+"""`daemon.event_loop`: `shoed run` on the standard library's loop (the default) or uvloop.
 
-The tests that run `shoed run` as a process (the kill runs, the demo, the CLI) run it on
-its default, uvloop; the in-process tests run the daemon on the test's own asyncio loop.
-Here: the choice and its fallback, what the log says, and the whole path (pty, journal,
-broker) on uvloop with a noisy line, in process. The long kill run can be repeated on
-asyncio with SHOED_DAEMON__EVENT_LOOP=asyncio (docs/reliability.md)."""
+Every other test runs the daemon on asyncio's loop. Here: the choice and its fallback,
+what the log says, and the whole path (pty, journal, broker) on uvloop with a noisy line,
+as the other tests check it on asyncio. The long kill run can be repeated on uvloop with
+SHOED_DAEMON__EVENT_LOOP=uvloop (docs/reliability.md)."""
 
 from __future__ import annotations
 
@@ -42,10 +41,10 @@ def test_both_loops_can_be_chosen() -> None:
     assert loop_factory("asyncio") == (None, "asyncio")
 
 
-def test_uvloop_is_the_default() -> None:
+def test_asyncio_is_the_default() -> None:
     from shoed.config import DaemonSection
 
-    assert DaemonSection().event_loop == "uvloop"
+    assert DaemonSection().event_loop == "asyncio"
 
 
 def test_without_uvloop_the_daemon_runs_on_asyncio_and_says_so(monkeypatch) -> None:
@@ -100,18 +99,16 @@ def test_an_unknown_event_loop_is_refused_naming_the_key(tmp_path: pathlib.Path)
 
 
 @pytest.mark.broker
-@pytest.mark.parametrize("kind", [pytest.param("uvloop", marks=needs_uvloop), "asyncio",
-                                  pytest.param(None, marks=needs_uvloop, id="default")])
+@pytest.mark.parametrize("kind", [pytest.param("uvloop", marks=needs_uvloop), "asyncio"])
 def test_shoed_run_logs_the_loop_it_runs_on(tmp_path: pathlib.Path, broker: PrivateMosquitto,
-                                            kind: str | None) -> None:
-    daemon = DaemonProcess(tmp_path, broker.url,
-                           **({} if kind is None else {"daemon": {"event_loop": kind}}))
+                                            kind: str) -> None:
+    daemon = DaemonProcess(tmp_path, broker.url, daemon={"event_loop": kind})
     try:
         daemon.start()
         deadline = time.monotonic() + 20
         while not daemon.logged("ready") and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert [line["event_loop"] for line in daemon.logged("ready")] == [kind or "uvloop"]
+        assert [line["event_loop"] for line in daemon.logged("ready")] == [kind]
         assert daemon.stop() == 0
     finally:
         daemon.close()
