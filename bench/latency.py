@@ -269,6 +269,8 @@ def pooled(runs: list[dict[str, Any]]) -> dict[str, Any]:
             "rss_kb_after": [r["rss_kb_after"] for r in runs],
             # user + system time of the host process while dealing (and 1 s after), per card
             "cpu_ms_per_card": per_card(runs, "cpu_s"),
+            # drift between rounds: each round's CPU per card
+            "cpu_ms_per_card_by_round": [per_card([r], "cpu_s") for r in runs],
             # the same in two parts: the process's own code, and the kernel's for it
             "cpu_user_ms_per_card": per_card(runs, "cpu_user_s"),
             "cpu_system_ms_per_card": per_card(runs, "cpu_system_s"),
@@ -290,6 +292,12 @@ def ratios(results: list[dict[str, Any]], over: str = "floor") -> dict[str, floa
                          ("machine_cpu_ms_per_card", "machine_cpu_per_card")):
         if by[over].get(figure):
             out[name] = round(by["shoed"][figure] / by[over][figure], 2)
+    # Round by round (the targets alternate, so a round's pair shares the machine's drift):
+    # the spread says how far one run's pooled ratio can be trusted.
+    for figure, name in (("cpu_ms_per_card_by_round", "cpu_per_card_by_round"),
+                         ("card_to_event_p50_by_round_ms", "card_to_event_p50_by_round")):
+        pairs = zip(by["shoed"].get(figure, []), by[over].get(figure, []), strict=False)
+        out[name] = [round(a / b, 2) for a, b in pairs if b]
     return out
 
 
