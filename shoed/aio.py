@@ -19,19 +19,69 @@ from typing import Any, Literal
 RECANCEL_S = 0.2  # a cancelled task still running after this is cancelled again
 
 
+class TimedWait:
+    """One waiter at a time on a future, woken by :meth:`wake` or after its timeout,
+    without a timer of its own per wait: one timer is kept across waits and armed again
+    only when it would fire too early for the wait in progress (aioquic's asyncio
+    protocol keeps its connection's one timer so). The live publisher waits twice a
+    card, each with a timeout of seconds that almost never expires: a ``call_later``
+    each, its handle, its place in the loop's heap and its cancel, was a few per cent of
+    the daemon's CPU per card (docs/performance.md, "Tenth pass")."""
+
+    def __init__(self) -> None:
+        self._waiter: asyncio.Future[bool] | None = None
+        self._deadline = 0.0  # loop time the wait in progress ends at, at the latest
+        self._timer: asyncio.TimerHandle | None = None
+        self._armed_for = 0.0  # loop time the timer fires at
+        self._loop: asyncio.AbstractEventLoop | None = None  # the timer's
+
+    def wake(self) -> None:
+        """End the wait in progress (if any): it returns True."""
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(True)
+
+    async def wait(self, timeout: float) -> bool:
+        """Until :meth:`wake`, at most `timeout` seconds; True if woken."""
+        loop = asyncio.get_running_loop()
+        waiter = self._waiter = loop.create_future()
+        deadline = self._deadline = loop.time() + max(timeout, 0.0)
+        if self._timer is None or self._loop is not loop or self._armed_for > deadline:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._arm(loop, deadline)
+        try:
+            woken: bool = await waiter
+        finally:
+            self._waiter = None
+        return woken
+
+    def _arm(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
+        self._loop, self._armed_for = loop, when
+        self._timer = loop.call_at(when, self._expire)
+
+    def _expire(self) -> None:
+        self._timer = None
+        waiter = self._waiter
+        if waiter is None or waiter.done() or self._loop is None:
+            return  # nobody waits: the next wait arms it again
+        if self._deadline <= self._armed_for:
+            waiter.set_result(False)
+        else:  # armed for an earlier wait: on to this one's end
+            self._arm(self._loop, self._deadline)
+
+
 class Wakeup:
-    """A flag a coroutine can wait on with a timeout: a future and a call_later, no
-    cancel counting. One waiter at a time."""
+    """A flag a coroutine can wait on with a timeout (a :class:`TimedWait`), no cancel
+    counting. One waiter at a time."""
 
     def __init__(self) -> None:
         self._set = False
-        self._waiter: asyncio.Future[None] | None = None
+        self._wait = TimedWait()
 
     def set(self) -> None:
         self._set = True
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        self._wait.wake()
 
     def clear(self) -> None:
         self._set = False
@@ -43,21 +93,8 @@ class Wakeup:
         """Wait until set, at most `timeout` seconds; True if it was set."""
         if self._set:
             return True
-        loop = asyncio.get_running_loop()
-        waiter = loop.create_future()
-        self._waiter = waiter
-        handle = loop.call_later(max(timeout, 0.0), _resolve, waiter)
-        try:
-            await waiter
-        finally:
-            handle.cancel()
-            self._waiter = None
+        await self._wait.wait(timeout)
         return self._set
-
-
-def _resolve(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
 
 
 async def cancel_and_wait(

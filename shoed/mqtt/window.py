@@ -14,18 +14,37 @@ the order of PUBACKs only matters for knowing that all came. One sender per wind
 second one waiting at once is not supported (a second window is). A connection that
 drops, or no PUBACK for `timeout` seconds while some are awaited, raises BrokerError in
 the sender.
+
+A window's message does not go through paho's ``publish`` either (:class:`DirectLane`):
+paho makes an ``MQTTMessage``, an ``MQTTMessageInfo`` with its ``threading.Condition``,
+two debug log calls and a queue entry per message, and on the PUBACK looks the message
+up, calls three callbacks and notifies the condition; a window needs none of it (it
+counts packet ids, and the outbox, not paho, sends again after a reconnect). The lane
+writes the PUBLISH packet (the same bytes paho writes: MQTT 3.1.1 section 3.3 / MQTT 5
+section 3.3) to the socket itself when nothing of paho's is queued ahead of it, else
+queues it behind paho's packets, and takes the PUBACKs of its own packet ids before
+paho looks for them. A card's PUBLISH/PUBACK Python was the largest share of the
+daemon's left after the engine (docs/performance.md, "Tenth pass").
 """
 
 from __future__ import annotations
 
-import asyncio
+import struct
+import threading
+import time
 from typing import Any
 
 import aiomqtt
 from paho.mqtt.client import MQTT_ERR_SUCCESS
+from paho.mqtt.enums import MQTTProtocolVersion
 from paho.mqtt.properties import Properties
 
+from shoed.aio import TimedWait
 from shoed.errors import BrokerError
+from shoed.mqtt.acks import plain_puback
+
+PUBLISH_QOS1 = 0x32  # PUBLISH, QoS 1, not DUP (| 1: retained)
+MAX_REMAINING = 268_435_455  # MQTT's largest remaining length
 
 
 class PublishWindow:
@@ -40,10 +59,11 @@ class PublishWindow:
         self.size = size
         self.timeout = timeout
         self._awaited: set[int] = set()  # mids sent, PUBACK not yet received
-        self._waiter: asyncio.Future[None] | None = None
+        self._wait = TimedWait()  # the sender's, until a PUBACK, the loss, or the timeout
         self._lost: str | None = None
         self._windows = _windows_of(self._paho)
         self._windows.add(self)
+        self._lane: DirectLane | None = getattr(self._paho, "_shoed_lane", None)
 
     def close(self) -> None:
         """No more messages through this window (its client's callbacks forget it)."""
@@ -59,16 +79,18 @@ class PublishWindow:
         self._wake()
 
     def _wake(self) -> None:
-        waiter = self._waiter
-        if waiter is not None and not waiter.done() and (
-                len(self._awaited) < self.size or self._lost is not None):
-            waiter.set_result(None)
+        if len(self._awaited) < self.size or self._lost is not None:
+            self._wait.wake()
 
     async def send(self, topic: str, payload: str | bytes, properties: Properties | None,
                    retain: bool = False) -> None:
         """Hand one QoS 1 message to paho, once fewer than `size` await their PUBACK."""
         if len(self._awaited) >= self.size or self._lost is not None:
             await self._wait_below(self.size)
+        lane = self._lane
+        if lane is not None:
+            self._awaited.add(lane.publish(topic, payload, properties, retain))
+            return
         info = self._paho.publish(topic, payload, 1, retain, properties)
         if info.rc != MQTT_ERR_SUCCESS:
             raise BrokerError(f"could not publish on {topic}: paho rc {info.rc}")
@@ -86,28 +108,16 @@ class PublishWindow:
         await self._wait_below(1)
 
     async def _wait_below(self, limit: int) -> None:
-        loop = asyncio.get_running_loop()
         while True:
             if self._lost is not None:
                 raise BrokerError(self._lost)
             if len(self._awaited) < limit:
                 return
             awaited = len(self._awaited)
-            waiter = self._waiter = loop.create_future()
-            handle = loop.call_later(self.timeout, _resolve, waiter)
-            try:
-                await waiter
-            finally:
-                handle.cancel()
-                self._waiter = None
+            await self._wait.wait(self.timeout)
             if self._lost is None and len(self._awaited) >= awaited:
                 raise BrokerError(f"no PUBACK within {self.timeout:g} s "
                                   f"({awaited} messages awaiting one)")
-
-
-def _resolve(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
 
 
 def _windows_of(paho: Any) -> set[PublishWindow]:
@@ -134,4 +144,107 @@ def _windows_of(paho: Any) -> set[PublishWindow]:
 
     paho.on_publish = on_publish
     paho.on_disconnect = on_disconnect
+    paho._shoed_lane = DirectLane.install(paho, opened)
     return opened
+
+
+class DirectLane:
+    """QoS 1 PUBLISH packets of the windows of one paho client, written without paho's
+    per-message objects (module docstring). Used on the event loop's thread only, as
+    aiomqtt drives paho there."""
+
+    def __init__(self, paho: Any, windows: set[PublishWindow]) -> None:
+        self.paho = paho
+        self.windows = windows
+        self.mids: set[int] = set()  # sent here, PUBACK not yet received
+        self.v5 = paho._protocol == MQTTProtocolVersion.MQTTv5
+        self._topics: dict[str, bytes] = {}  # topic -> its length-prefixed UTF-8
+        # id(properties) -> (them, kept alive so that the id stays theirs; packed)
+        self._props: dict[int, tuple[Properties, bytes]] = {}
+        self._handle_puback = paho._handle_pubackcomp
+        self._thread = threading.get_ident()
+
+    @classmethod
+    def install(cls, paho: Any, windows: set[PublishWindow]) -> DirectLane | None:
+        """On a paho client that has the parts the lane stands on (paho-mqtt 2.2's), on
+        the loop's thread; None (paho publishes as before) otherwise."""
+        needed = ("_handle_pubackcomp", "_packet_queue", "_mid_generate", "_out_packet",
+                  "_out_messages", "_sock_send", "_in_packet", "_protocol")
+        if not all(hasattr(paho, name) for name in needed):
+            return None
+        lane = cls(paho, windows)
+        paho._handle_pubackcomp = lane._on_pubackcomp
+        return lane
+
+    def publish(self, topic: str, payload: str | bytes, properties: Properties | None,
+                retain: bool) -> int:
+        """Send one QoS 1 message; its packet id (its PUBACK goes to the windows)."""
+        paho = self.paho
+        if paho._sock is None:
+            raise BrokerError(f"could not publish on {topic}: not connected")
+        head = self._topics.get(topic)
+        if head is None:
+            encoded = topic.encode()
+            head = self._topics[topic] = struct.pack("!H", len(encoded)) + encoded
+        body = payload.encode() if isinstance(payload, str) else bytes(payload)
+        props = b""
+        if self.v5:
+            props = b"\x00" if properties is None else self._packed(properties)
+        mid: int = paho._mid_generate()
+        while mid in self.mids or mid in paho._out_messages:  # still in flight: skip it
+            mid = paho._mid_generate()
+        remaining = len(head) + 2 + len(props) + len(body)
+        if remaining > MAX_REMAINING:
+            raise ValueError(f"a message on {topic} is too large for MQTT "
+                             f"({remaining} bytes)")
+        packet = bytearray((PUBLISH_QOS1 | retain,))
+        while True:  # the remaining length (MQTT section 2.2.3)
+            byte, remaining = remaining & 0x7F, remaining >> 7
+            packet.append(byte | 0x80 if remaining else byte)
+            if not remaining:
+                break
+        packet += head
+        packet += struct.pack("!H", mid)
+        packet += props
+        packet += body
+        self.mids.add(mid)
+        self._write(packet, mid)
+        return mid
+
+    def _packed(self, properties: Properties) -> bytes:
+        known = self._props.get(id(properties))
+        if known is None:  # the daemon's are made once and never changed (inbox.py)
+            known = self._props[id(properties)] = (
+                properties, bytes(properties.pack()))  # type: ignore[no-untyped-call]
+        return known[1]
+
+    def _write(self, packet: bytearray, mid: int) -> None:
+        """At once when nothing of paho's waits to go out before it (on the loop's
+        thread), else behind paho's packets; what the socket does not take, and any
+        failure, is left to paho's writer, which reports a lost connection as always."""
+        paho = self.paho
+        sent = 0
+        if not paho._out_packet and threading.get_ident() == self._thread:
+            try:
+                sent = paho._sock_send(packet)
+            except (BlockingIOError, OSError, ValueError, AttributeError):
+                sent = 0  # paho's writer tries it again, and reports a failure
+            else:
+                paho._last_msg_out = time.monotonic()  # paho's keepalive clock
+        if sent < len(packet):
+            paho._packet_queue(PUBLISH_QOS1, packet[sent:], mid, 1)
+
+    def _on_pubackcomp(self, cmd: str) -> Any:
+        """paho's PUBACK/PUBCOMP handler, in front: a PUBACK of ours goes to the
+        windows; anything else (paho's own messages, PUBCOMP) to paho."""
+        if cmd == "PUBACK" and self.mids:
+            packet = self.paho._in_packet["packet"]
+            plain = plain_puback(packet, self.paho._protocol)
+            mid = plain[0] if plain is not None else (
+                (packet[0] << 8) | packet[1] if len(packet) >= 2 else None)
+            if mid in self.mids:
+                self.mids.discard(mid)
+                for window in tuple(self.windows):
+                    window._acked(mid)
+                return MQTT_ERR_SUCCESS
+        return self._handle_puback(cmd)
