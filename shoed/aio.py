@@ -63,12 +63,12 @@ class TimedWait:
     def _expire(self) -> None:
         self._timer = None
         waiter = self._waiter
-        if waiter is None or waiter.done() or self._loop is None:
+        if waiter is None or waiter.done():
             return  # nobody waits: the next wait arms it again
         if self._deadline <= self._armed_for:
             waiter.set_result(False)
         else:  # armed for an earlier wait: on to this one's end
-            self._arm(self._loop, self._deadline)
+            self._arm(waiter.get_loop(), self._deadline)
 
 
 class Wakeup:

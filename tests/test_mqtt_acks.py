@@ -63,3 +63,23 @@ def test_plain_pubacks_share_one_success_and_no_properties() -> None:
     # A failure reason is paho's to decode: its own object, its own name.
     failed = _packet.decode_puback(PUBACK, b"\x00\x07\x87", MQTTProtocolVersion.MQTTv5)
     assert failed.reason is not acks.SUCCESS and failed.reason.getName() == "Not authorized"
+
+
+@given(packet=st.one_of(
+    st.binary(min_size=0, max_size=8),
+    st.tuples(st.binary(min_size=2, max_size=2), st.sampled_from([b"", b"\x00", b"\x10",
+                                                                  b"\x87\x00", b"\x10\x01"]))
+    .map(lambda parts: parts[0] + parts[1])),
+    protocol=st.sampled_from(PROTOCOLS))
+def test_puback_mid_is_pahos_mid_or_pahos_error(packet: bytes, protocol: int) -> None:
+    """The direct lane's PUBACKs (window.py): the packet id paho would read, or what
+    paho's decoder raises for a malformed packet."""
+    acks.install()
+    paho_decode = _packet.decode_puback.paho_decode  # type: ignore[attr-defined]
+    expected = decoded(paho_decode, packet, protocol)
+    try:
+        got: object = acks.puback_mid(PUBACK, packet, protocol)
+    except Exception as error:
+        assert expected == type(error).__name__
+    else:
+        assert isinstance(expected, tuple) and got == expected[0]

@@ -41,7 +41,8 @@ from paho.mqtt.properties import Properties
 
 from shoed.aio import TimedWait
 from shoed.errors import BrokerError
-from shoed.mqtt.acks import plain_puback
+from shoed.mqtt import acks
+from shoed.mqtt.acks import puback_mid
 
 PUBLISH_QOS1 = 0x32  # PUBLISH, QoS 1, not DUP (| 1: retained)
 MAX_REMAINING = 268_435_455  # MQTT's largest remaining length
@@ -84,7 +85,8 @@ class PublishWindow:
 
     async def send(self, topic: str, payload: str | bytes, properties: Properties | None,
                    retain: bool = False) -> None:
-        """Hand one QoS 1 message to paho, once fewer than `size` await their PUBACK."""
+        """Send one QoS 1 message (through the lane, or paho's publish without one),
+        once fewer than `size` await their PUBACK."""
         if len(self._awaited) >= self.size or self._lost is not None:
             await self._wait_below(self.size)
         lane = self._lane
@@ -170,7 +172,7 @@ class DirectLane:
         the loop's thread; None (paho publishes as before) otherwise."""
         needed = ("_handle_pubackcomp", "_packet_queue", "_mid_generate", "_out_packet",
                   "_out_messages", "_sock_send", "_in_packet", "_protocol")
-        if not all(hasattr(paho, name) for name in needed):
+        if not acks.DECODER or not all(hasattr(paho, name) for name in needed):
             return None
         lane = cls(paho, windows)
         paho._handle_pubackcomp = lane._on_pubackcomp
@@ -227,7 +229,7 @@ class DirectLane:
         if not paho._out_packet and threading.get_ident() == self._thread:
             try:
                 sent = paho._sock_send(packet)
-            except (BlockingIOError, OSError, ValueError, AttributeError):
+            except (OSError, ValueError, AttributeError):  # BlockingIOError is one
                 sent = 0  # paho's writer tries it again, and reports a failure
             else:
                 paho._last_msg_out = time.monotonic()  # paho's keepalive clock
@@ -238,10 +240,8 @@ class DirectLane:
         """paho's PUBACK/PUBCOMP handler, in front: a PUBACK of ours goes to the
         windows; anything else (paho's own messages, PUBCOMP) to paho."""
         if cmd == "PUBACK" and self.mids:
-            packet = self.paho._in_packet["packet"]
-            plain = plain_puback(packet, self.paho._protocol)
-            mid = plain[0] if plain is not None else (
-                (packet[0] << 8) | packet[1] if len(packet) >= 2 else None)
+            in_packet = self.paho._in_packet
+            mid = puback_mid(in_packet["command"], in_packet["packet"], self.paho._protocol)
             if mid in self.mids:
                 self.mids.discard(mid)
                 for window in tuple(self.windows):
