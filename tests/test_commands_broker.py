@@ -362,6 +362,35 @@ def test_a_stale_mqtt5_command_is_refused_expired(tmp_path: pathlib.Path, secure
     asyncio.run(main())
 
 
+def test_connected_means_subscribed_a_command_sent_at_once_is_answered(
+        tmp_path: pathlib.Path, secure, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new session has no subscriptions: `mqtt_connected` (status, log, console) turns
+    true only once the broker holds the command subscriptions, so a command sent the
+    moment it does is answered (a slow SUBACK, here 1 s, made the race certain: a
+    command sent before the subscription is dropped by the broker, never answered)."""
+    broker, pki = secure
+    real = aiomqtt.Client.subscribe
+    slowed: list[str] = []
+
+    async def slow_subscribe(self: aiomqtt.Client, topic: Any, *a: Any, **kw: Any) -> Any:
+        if str(topic) in (f"{T}/cmd", f"{T}/cmd/by/+"):  # the daemon's, not the user's
+            slowed.append(str(topic))
+            await asyncio.sleep(1.0)
+        return await real(self, topic, *a, **kw)
+
+    monkeypatch.setattr(aiomqtt.Client, "subscribe", slow_subscribe)
+
+    async def main() -> None:
+        async with User("pit-supervisor-1", broker, pki) as pit, \
+                table(tmp_path, broker, pki) as r:
+            await wait_for(lambda: r.daemon.status.mqtt_connected, 15, "connected")
+            assert slowed == [f"{T}/cmd", f"{T}/cmd/by/+"]  # both made before "connected"
+            answer = await pit.ask(cmd("first-1", "whoami"))
+            assert answer["ok"] and answer["result"]["role"] == "supervisor", answer
+
+    asyncio.run(main())
+
+
 @pytest.mark.parametrize("protocol", ["3.1.1", "5"])
 def test_a_command_survives_a_broker_restart(tmp_path: pathlib.Path, protocol: str) -> None:
     """The persistent session (MQTT 3.1.1: clean session off; MQTT 5: clean start off and

@@ -288,12 +288,8 @@ class MqttService:
         self.client = client
         self.connects += 1
         self.brokers.connected()
-        self.status.set(mqtt_connected=True, mqtt_error=None, broker_url=self.url,
-                        online_since=self.status.online_since or time.time())
         limit = getattr(self._connack, "MaximumPacketSize", None) if self.v5 else None
         self.desk.max_packet = int(limit or self.settings.commands.max_packet_size)
-        self.log.info("mqtt_connected", url=self.url, root=self.root,
-                      session_present=self.session_present, max_packet=self.desk.max_packet)
         # Retain As Published: a retained command shows its flag (and is never applied).
         options = SubscribeOptions(qos=1, retainAsPublished=True, retainHandling=1) \
             if self.v5 else None
@@ -302,6 +298,12 @@ class MqttService:
                 await client.subscribe(topic, options=options)
             else:
                 await client.subscribe(topic, qos=1)
+        # Connected means commands are taken: only once the broker has our subscriptions
+        # (a new session has none before; a command sent earlier is lost at the broker).
+        self.status.set(mqtt_connected=True, mqtt_error=None, broker_url=self.url,
+                        online_since=self.status.online_since or time.time())
+        self.log.info("mqtt_connected", url=self.url, root=self.root,
+                      session_present=self.session_present, max_packet=self.desk.max_packet)
         await self.publish_retained(client)
         parts = {asyncio.create_task(coro, name=f"mqtt.{name}") for name, coro in (
             ("publisher", self._publisher(client)), ("listener", self._listener(client)),
