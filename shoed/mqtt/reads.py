@@ -16,19 +16,10 @@ bytes). A refill goes through paho's own ``_sock_recv``, so a TLS socket's want-
 want-write and a closed connection are reported as paho always reported them. The
 buffer belongs to the socket it was filled from: a client whose socket changed reads
 from the new socket directly.
-
-The PUBACKs of the live publisher's and a replay's messages (``shoed.mqtt.window``'s
-lane) are most of what the broker sends: a plain one (``0x40 0x02`` and the packet id,
-MQTT 3.1.1 section 3.4, MQTT 5 section 3.4.2.1: success, no properties) of a packet id
-the lane awaits is taken straight from the buffer when paho is about to read a new
-packet, without paho's three reads, its packet dict and its handler. Anything else (a
-PUBACK with a reason code or properties, one of paho's own messages, any other packet)
-stops that and is left to paho, in order.
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import aiomqtt
@@ -63,41 +54,8 @@ def read_buffered(client: aiomqtt.Client) -> bool:
     if getattr(original, "_shoed_buffered", False):
         return True
     held = _Buffered(sock)
-    # paho 2.2's packet being read (a dict, replaced for each packet); without it, no
-    # PUBACK is taken here (the lane's are then taken by its handler, after paho's read)
-    fast = isinstance(getattr(paho, "_in_packet", None), dict)
-
-    def take_acks(lane: Any) -> bool:
-        """The lane's plain PUBACKs at the front of the buffer (filled from the socket
-        when empty; raises as paho's read of a packet's first byte does), taken. False:
-        the connection closed. Raises BlockingIOError when they were all it held: paho
-        then ends this read as when the socket has nothing more (if it has, the event
-        loop sees it readable, and calls the read again, without a recv that fails)."""
-        if not held:
-            if paho._sock is not held.sock:
-                return True
-            data = bytes(original(READ_SIZE))
-            if not data:
-                return False
-            held.data, held.pos = data, 0
-        data, pos, end = held.data, held.pos, len(held.data)
-        start = pos
-        while pos + 4 <= end and data[pos] == 0x40 and data[pos + 1] == 0x02 and \
-                lane.take(data[pos + 2] << 8 | data[pos + 3]):
-            pos += 4
-        held.pos = pos
-        if pos == start:
-            return True
-        paho._last_bytes_received = time.monotonic()  # as paho's read of a packet
-        if not held:
-            raise BlockingIOError  # all taken: paho's read ends (MQTT_ERR_AGAIN)
-        return True
 
     def sock_recv(bufsize: int) -> bytes:
-        if fast and bufsize == 1 and paho._in_packet["command"] == 0:  # a packet's first
-            lane = paho.__dict__.get("_shoed_lane")
-            if lane is not None and lane.mids and not take_acks(lane):
-                return b""  # closed: paho reports the lost connection
         if held:
             start = held.pos
             held.pos = end = min(start + bufsize, len(held.data))

@@ -242,16 +242,9 @@ class DirectLane:
         if cmd == "PUBACK" and self.mids:
             in_packet = self.paho._in_packet
             mid = puback_mid(in_packet["command"], in_packet["packet"], self.paho._protocol)
-            if self.take(mid):
+            if mid in self.mids:
+                self.mids.discard(mid)
+                for window in tuple(self.windows):
+                    window._acked(mid)
                 return MQTT_ERR_SUCCESS
         return self._handle_puback(cmd)
-
-    def take(self, mid: int) -> bool:
-        """The PUBACK of packet id `mid`: True if it was one of ours (the windows have
-        it now), False if it is paho's to handle."""
-        if mid not in self.mids:
-            return False
-        self.mids.discard(mid)
-        for window in tuple(self.windows):
-            window._acked(mid)
-        return True
