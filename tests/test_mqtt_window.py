@@ -174,14 +174,59 @@ def test_pahos_parts_missing_means_paho_publishes() -> None:
     assert DirectLane.install(Bare(), set()) is None
 
 
+class Captured:
+    """A socket that takes every byte sent to it."""
+
+    def __init__(self) -> None:
+        self.sent: list[bytes] = []
+
+    def send(self, data: bytes) -> int:
+        self.sent.append(bytes(data))
+        return len(data)
+
+    def close(self) -> None:  # paho closes its socket when it is collected
+        pass
+
+
+def lane_on_a_captured_socket() -> tuple[DirectLane, Captured]:
+    import paho.mqtt.client as mqtt
+
+    paho = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, protocol=mqtt.MQTTv5)
+    paho._sock = sock = Captured()  # type: ignore[assignment]
+    lane = DirectLane.install(paho, set())
+    assert lane is not None
+    return lane, sock
+
+
 def test_properties_packed_once_per_object() -> None:
-    """The daemon's properties are made once and never changed (inbox.py): packed once."""
-    props = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
-    props.ContentType = "text/plain"
-    expected = bytes(props.pack())  # type: ignore[no-untyped-call]
-    lane = DirectLane(type("Paho", (), {"_protocol": 5, "_handle_pubackcomp": None})(), set())
-    assert lane._packed(props) == expected
+    """The daemon's properties are made once and never changed (inbox.PackedOnce): the
+    lane writes their first packing; other properties are packed as they are."""
+    props = publish_properties(content_type="text/plain")
+    expected = bytes(props.pack())
+    lane, sock = lane_on_a_captured_socket()
+
+    def packed(properties: Properties) -> bytes:  # the properties of the packet just sent
+        packet = sock.sent[-1]
+        start = packet.index(b"t/p") + 3 + 2  # after the topic and the packet id
+        return packet[start:start + len(expected) if properties is props else start + 1]
+
+    lane.publish("t/p", b"", props, False)
+    assert packed(props) == expected
     props.ContentType = "changed"  # what the lane would not see: the first packing stays
-    assert lane._packed(props) == expected
+    lane.publish("t/p", b"", props, False)
+    assert packed(props) == expected
     other = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
-    assert lane._packed(other) == b"\x00"  # another object: packed on its own
+    lane.publish("t/p", b"", other, False)
+    assert packed(other) == b"\x00"  # another object: packed on its own (empty)
+
+
+def test_a_message_too_large_for_mqtt_is_refused_naming_its_topic(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from shoed.mqtt import window
+
+    lane, sock = lane_on_a_captured_socket()
+    monkeypatch.setattr(window, "MAX_REMAINING", 100)  # MQTT's 256 MiB, made small
+    with pytest.raises(ValueError, match=r"a message on t/big is too large for MQTT "
+                                         r"\(1\d\d bytes\)"):
+        lane.publish("t/big", b"x" * 100, None, False)
+    assert sock.sent == [] and lane.mids == set()  # nothing sent, no id kept

@@ -161,8 +161,6 @@ class DirectLane:
         self.mids: set[int] = set()  # sent here, PUBACK not yet received
         self.v5 = paho._protocol == MQTTProtocolVersion.MQTTv5
         self._topics: dict[str, bytes] = {}  # topic -> its length-prefixed UTF-8
-        # id(properties) -> (them, kept alive so that the id stays theirs; packed)
-        self._props: dict[int, tuple[Properties, bytes]] = {}
         self._handle_puback = paho._handle_pubackcomp
         self._thread = threading.get_ident()
 
@@ -171,7 +169,8 @@ class DirectLane:
         """On a paho client that has the parts the lane stands on (paho-mqtt 2.2's), on
         the loop's thread; None (paho publishes as before) otherwise."""
         needed = ("_handle_pubackcomp", "_packet_queue", "_mid_generate", "_out_packet",
-                  "_out_messages", "_sock_send", "_in_packet", "_protocol")
+                  "_out_messages", "_sock_send", "_in_packet", "_protocol",
+                  "_pack_remaining_length")
         if not acks.DECODER or not all(hasattr(paho, name) for name in needed):
             return None
         lane = cls(paho, windows)
@@ -190,8 +189,9 @@ class DirectLane:
             head = self._topics[topic] = struct.pack("!H", len(encoded)) + encoded
         body = payload.encode() if isinstance(payload, str) else bytes(payload)
         props = b""
-        if self.v5:
-            props = b"\x00" if properties is None else self._packed(properties)
+        if self.v5:  # the daemon's are inbox.PackedOnce: packed at their first publish
+            props = b"\x00" if properties is None else \
+                bytes(properties.pack())  # type: ignore[no-untyped-call]
         mid: int = paho._mid_generate()
         while mid in self.mids or mid in paho._out_messages:  # still in flight: skip it
             mid = paho._mid_generate()
@@ -199,12 +199,7 @@ class DirectLane:
         if remaining > MAX_REMAINING:
             raise ValueError(f"a message on {topic} is too large for MQTT "
                              f"({remaining} bytes)")
-        packet = bytearray((PUBLISH_QOS1 | retain,))
-        while True:  # the remaining length (MQTT section 2.2.3)
-            byte, remaining = remaining & 0x7F, remaining >> 7
-            packet.append(byte | 0x80 if remaining else byte)
-            if not remaining:
-                break
+        packet = paho._pack_remaining_length(bytearray((PUBLISH_QOS1 | retain,)), remaining)
         packet += head
         packet += struct.pack("!H", mid)
         packet += props
@@ -212,13 +207,6 @@ class DirectLane:
         self.mids.add(mid)
         self._write(packet, mid)
         return mid
-
-    def _packed(self, properties: Properties) -> bytes:
-        known = self._props.get(id(properties))
-        if known is None:  # the daemon's are made once and never changed (inbox.py)
-            known = self._props[id(properties)] = (
-                properties, bytes(properties.pack()))  # type: ignore[no-untyped-call]
-        return known[1]
 
     def _write(self, packet: bytearray, mid: int) -> None:
         """At once when nothing of paho's waits to go out before it (on the loop's
