@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from table import Table
 
-from shoed.core.engine import Engine
+from shoed.core.engine import Engine, iso, iso_by_datetime
 from shoed.core.inputs import DeviceFault, DeviceItem, Input, Tick
 from shoed.core.pulls import PULL_TIMEOUT_S
 
@@ -200,3 +200,45 @@ def _run(actions: list[tuple[str, str, float, float]], stepped: bool) -> list[di
 def test_stepping_the_wall_clock_changes_only_timestamps(
         actions: list[tuple[str, str, float, float]]) -> None:
     assert _run(actions, stepped=True) == _run(actions, stepped=False)
+
+
+# -- the events' timestamps -------------------------------------------------------------------
+
+
+def _both(at: float) -> tuple[object, object]:
+    """iso and datetime's way for `at`: each the string, or the type of the error raised."""
+    iso.cache_clear()
+    out: list[object] = []
+    for way in (iso, iso_by_datetime):
+        try:
+            out.append(way(at))
+        except (ValueError, OverflowError, OSError) as error:
+            out.append(type(error))
+    return out[0], out[1]
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.one_of(
+    st.floats(min_value=-1e10, max_value=3e11, allow_nan=False),
+    st.integers(0, 2**38).map(lambda ms: ms / 1000),  # on a millisecond
+    st.integers(0, 2**51).map(lambda us: us / 1e6 + 5e-7),  # halfway to the next microsecond
+    st.integers(0, 2**41).map(lambda us: us / 1e6 + 0.0009995),  # a hair below a millisecond
+))
+def test_iso_is_datetimes_string_for_any_time(at: float) -> None:
+    """The events' timestamps are made by arithmetic (cheaper on a card's cold path), and
+    are the string datetime makes, rounding included, for any time a clock can give."""
+    got, want = _both(at)
+    assert got == want, at
+
+
+@pytest.mark.parametrize("at", [
+    0.0, 0.0005, 0.9999995, 0.9999994999, 59.9996, 86_399.9999996, 951_782_400.0,
+    1_796_311_485.1783428, 4_102_444_800.0, 253_402_300_798.9999999, 253_402_300_799.0,
+    253_402_300_799.9995, 253_402_300_800.0, -0.0005, -86_400.5, 1e20,
+    float("inf"), float("-inf"), float("nan"),
+])
+def test_iso_at_the_edges(at: float) -> None:
+    """Day and year boundaries, rounding up into the next second, before 1970 and past
+    9999 (datetime's way, or its error), and what is not a time at all."""
+    got, want = _both(at)
+    assert got == want, at

@@ -54,6 +54,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import functools
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -218,12 +219,43 @@ def build_models() -> None:
         adapter.rebuild()
 
 
-@functools.lru_cache(maxsize=64)
-def iso(at: float) -> str:
-    """A wall time as the events carry it (ISO 8601, UTC, milliseconds). Cached: an
-    input's events share its time, and the cards in play keep theirs."""
+def iso_by_datetime(at: float) -> str:
+    """A wall time as the events carry it (ISO 8601, UTC, milliseconds), by datetime:
+    what :func:`iso` gives, for any time (iso's own way covers years 1970 to 9999)."""
     stamp = dt.datetime.fromtimestamp(at, dt.UTC).isoformat(timespec="milliseconds")
     return stamp.replace("+00:00", "Z")
+
+
+_EPOCH = dt.date(1970, 1, 1)
+_DAYS: dict[int, str] = {}  # days since 1970-01-01 -> "YYYY-MM-DDT"
+_LAST_SECOND = 253_402_300_799  # 9999-12-31T23:59:59Z
+
+
+@functools.lru_cache(maxsize=64)
+def iso(at: float) -> str:
+    """:func:`iso_by_datetime`, the same string, by arithmetic: a card's first steps run
+    with the machine's caches cold, where datetime's conversion cost ~45 us a card
+    (docs/performance.md, "Twelfth pass"). Cached: an input's events share its time, and
+    the cards in play keep theirs.
+
+    Rounded as datetime rounds a timestamp (to the microsecond, half to even, the
+    fraction taken apart from the whole seconds), then cut to the millisecond."""
+    if not 0.0 <= at < _LAST_SECOND:  # NaN too
+        return iso_by_datetime(at)  # before 1970 or in 9999's last second: datetime's way
+    frac, whole = math.modf(at)
+    micros = round(frac * 1_000_000)
+    if micros >= 1_000_000:
+        micros -= 1_000_000
+        whole += 1.0
+    day, second = divmod(int(whole), 86_400)
+    date = _DAYS.get(day)
+    if date is None:
+        if len(_DAYS) > 1000:
+            _DAYS.clear()
+        date = _DAYS[day] = (_EPOCH + dt.timedelta(days=day)).isoformat() + "T"
+    hour, second = divmod(second, 3600)
+    minute, second = divmod(second, 60)
+    return f"{date}{hour:02d}:{minute:02d}:{second:02d}.{micros // 1000:03d}Z"
 
 
 def _result_facts(result: HandResult) -> dict[str, Any]:
@@ -782,11 +814,10 @@ class Engine:
         if item.problem is not None:
             self._alarm_momentary("bad_payload", item.problem)
         self._state.pull_arrivals += 1
-        entry = PullItem(item=item, arrival=self._state.pull_arrivals)
         problem = pulls.fields_problem(item)
         if problem is not None:
             self._flush_pull_incomplete("an item of another pull arrived")
-            self._apply_pull([entry], complete=False, why=problem)
+            self._apply_items([item], item.pull_size or 1, False, complete=False, why=problem)
             return
         pid, size = item.pull_id, item.pull_size
         assert pid is not None and size is not None
@@ -797,8 +828,8 @@ class Engine:
                 f"{pull.pull_id} was complete")
             pull = None
         if pull is None:
-            if size == 1:  # most pulls: complete at once, no buffer needed
-                self._apply_pull([entry], complete=True)
+            if size == 1:  # most pulls: complete at once, no buffer (nor PullItem) needed
+                self._apply_items([item], 1, False, complete=True)
                 return
             pull = PullBuffer(pull_id=pid, size=size, last_at=item.at, last_mono=item.mono)
             self._state.pull = pull
@@ -806,7 +837,7 @@ class Engine:
             pull.last_at = item.at
             pull.last_mono = item.mono
             pull.paused = 0.0
-        pull.items.append(entry)
+        pull.items.append(PullItem(item=item, arrival=self._state.pull_arrivals))
         if len(pull.items) == pull.size:
             self._state.pull = None
             self._apply_pull(pull.items, complete=True)
@@ -820,12 +851,20 @@ class Engine:
                          why=f"pull {pull.pull_id}: {len(pull.items)} of {pull.size} items; {why}")
 
     def _apply_pull(self, entries: list[PullItem], complete: bool, why: str = "") -> None:
+        """A buffered pull's items, complete or not, in procedure order."""
         ordered = pulls.upper_first(entries)
+        size = max((e.item.pull_size or 1) for e in entries)
+        self._apply_items([e.item for e in ordered], size, size > 1 and pulls.reordered(ordered),
+                          complete, why)
+
+    def _apply_items(self, ordered: list[DeviceItem], size: int, reordered: bool,
+                     complete: bool, why: str = "") -> None:
+        """The items of one pull in procedure order (its size as the items say; reordered:
+        they arrived in another order): counted, watched, placed."""
         shoe = self._state.shoe
         in_shoe = shoe is not None and shoe.phase != "shoe_voided"
         cards: list[tuple[DeviceItem, CardRec | None]] = []
-        for entry in ordered:
-            item = entry.item
+        for item in ordered:
             if item.item == "cut":
                 cards.append((item, None))
                 continue
@@ -834,12 +873,10 @@ class Engine:
                 shoe.card_counter += 1
                 index = shoe.card_counter
             cards.append((item, self._card_record(item, index)))
-        size = max((e.item.pull_size or 1) for e in entries)
         if size > 1 and in_shoe:
-            action = "reordered" if pulls.reordered(ordered) else "recorded"
-            self._procedure("multi_card_pull", action,
+            self._procedure("multi_card_pull", "reordered" if reordered else "recorded",
                             [c for _, c in cards if c is not None],
-                            detail=f"{len(entries)} item(s), upper card first")
+                            detail=f"{len(ordered)} item(s), upper card first")
         resolved_before = self._resolutions()
         for _item, card in cards:
             surplus = self._resolutions() != resolved_before
