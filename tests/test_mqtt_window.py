@@ -167,6 +167,59 @@ def test_no_puback_within_the_timeout_is_an_error(broker) -> None:
     asyncio.run(scenario())
 
 
+def test_send_now_from_a_callback_and_notify_on_its_puback_or_the_loss(broker) -> None:
+    """send_now() hands one message over without awaiting anything (the idle publisher's
+    use, from the tty's callback): only while nothing of the window awaits a PUBACK;
+    `notify` is called once none does, and when the connection is lost."""
+
+    async def scenario() -> tuple[list[bytes], list[str], bool, bool]:
+        notified: list[str] = []
+        async with client_for(broker) as subscriber, client_for(broker) as client:
+            await subscriber.subscribe("now/#", qos=1)
+            send_when_queued(client)
+            window = PublishWindow(client, 1, 5.0)
+            window.notify = lambda: notified.append("puback")
+            assert window.send_now("now/t", b"first", None)
+            busy = window.send_now("now/t", b"refused", None)  # first awaits its PUBACK
+            await window.drain(1.0)
+            assert notified == ["puback"]
+            assert window.send_now("now/t", b"second", None)
+            await window.drain()
+            got = [bytes(m.payload) for m in await collect(subscriber, 2)]  # type: ignore[arg-type]
+            window.notify = lambda: notified.append("lost")
+            broker.stop()
+            for _ in range(200):  # until paho reports the loss (the window hears of it)
+                if window._lost is not None:
+                    break
+                await asyncio.sleep(0.05)
+            after_loss = window.send_now("now/t", b"after", None)
+        return got, notified, busy, after_loss
+
+    got, notified, busy, after_loss = asyncio.run(scenario())
+    assert got == [b"first", b"second"]
+    assert busy is False and after_loss is False
+    assert notified == ["puback", "puback", "lost"]
+
+
+def test_a_drain_with_a_shorter_timeout_than_the_windows(broker) -> None:
+    """drain(timeout): the time left of a message sent earlier, not the window's own."""
+
+    async def scenario() -> float:
+        async with client_for(broker, keepalive=60) as client:
+            window = PublishWindow(client, 1, 30.0)
+            broker.proc.send_signal(signal.SIGSTOP)
+            try:
+                assert window.send_now("slow/t", b"x", None)
+                started = asyncio.get_running_loop().time()
+                with pytest.raises(BrokerError, match=r"no PUBACK within 30 s"):
+                    await window.drain(0.3)
+                return asyncio.get_running_loop().time() - started
+            finally:
+                broker.proc.send_signal(signal.SIGCONT)
+
+    assert asyncio.run(scenario()) < 5.0
+
+
 def test_pahos_parts_missing_means_paho_publishes() -> None:
     class Bare:
         pass

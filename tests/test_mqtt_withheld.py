@@ -153,3 +153,58 @@ def test_a_snapshot_puback_withheld_while_idle_is_noticed_and_nothing_is_lost(
             await thief.close()
 
     asyncio.run(main())
+
+
+def test_an_event_sent_at_once_whose_puback_is_withheld_is_sent_again_and_none_lost(
+        tmp_path: pathlib.Path, broker: PrivateMosquitto) -> None:
+    """The idle publisher's first event goes out from where it was applied, and the
+    publisher waits for its PUBACK only afterwards (MqttService._outbox_ready): withheld,
+    the connection is still counted as broken publish_timeout_s after the send (not
+    IDLE_WAKE_S later), the event is sent again on the next connection with its
+    event_id, and nothing is lost or reordered."""
+    timeout_s = 1.0
+
+    async def main() -> None:
+        thief = PubackThief(broker.port)
+        await thief.start()
+        collector, collecting = await _collector(broker)
+        try:
+            with daemon(tmp_path, f"mqtt://127.0.0.1:{thief.port}",
+                        mqtt={"publish_timeout_s": timeout_s}) as d:
+                d.start_shoe(seed=5, pace=0.02)
+                d.start()
+                await wait_for(lambda: collector.of("shoe_ended"), 90, "the shoe dealt")
+                await asyncio.sleep(1.0)  # idle: nothing awaits a PUBACK
+                connects = len(d.logged("mqtt_connected"))
+                assert not d.logged("mqtt_disconnected")
+                before = max(e["seq"] for e in collector.raw_events)
+                thief.arm("shoed/T9/events")  # the new shoe's first event
+                answer = await collector.send({"request_id": "ns-2", "command": "new_shoe",
+                                               "operator": "pit"})
+                assert answer["ok"], answer
+                await wait_for(lambda: thief.dropped == 1, 10, "the event's PUBACK withheld")
+                await wait_for(lambda: d.logged("mqtt_disconnected"), timeout_s + 5,
+                               "the daemon to notice")
+                dropped = d.logged("mqtt_disconnected")[0]
+                assert f"no PUBACK within {timeout_s:g} s" in str(dropped["error"])
+                assert thief.stolen_at is not None
+                noticed = _wall(dropped) - thief.stolen_at
+                assert noticed <= timeout_s + 1.0, noticed  # not IDLE_WAKE_S later
+                await wait_for(lambda: len(d.logged("mqtt_connected")) > connects, 15,
+                               "the daemon connected again")
+                started = collector.of("shoe_started")[-1]
+                await wait_for(lambda: collector.retained.get("state", {}).get("seq", 0)
+                               >= started["seq"], 10, "the state of the new shoe")
+                last = collector.retained["state"]["seq"]
+                await wait_for(lambda: len(collector.events) >= last, 10, "every event")
+                seqs = [e["seq"] for e in collector.events]
+                assert seqs == list(range(1, last + 1)), (seqs[-5:], last)
+                # the withheld one came twice (at least once), with one event_id
+                again = [e for e in collector.raw_events if e["seq"] == before + 1]
+                assert len(again) == 2 and len({e["event_id"] for e in again}) == 1, again
+                assert d.stop() == 0
+        finally:
+            await stop_tasks(collecting)
+            await thief.close()
+
+    asyncio.run(main())

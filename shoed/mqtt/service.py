@@ -12,6 +12,11 @@ The publisher takes from the outbox in seq order and reports every PUBACK
 each after the PUBACK of the one before: a batch costs less CPU, but the broker then
 answers with PUBACKs back to back, and a broker without TCP_NODELAY (Mosquitto's
 default) holds the second until our delayed TCP ACK, up to 40 ms.
+
+An input's first event, when the publisher waits idle with nothing in flight, is sent
+by :meth:`MqttService._outbox_ready` from where it was applied (the tty's callback), not
+on the loop's next turn; the publisher is woken by its PUBACK (or the connection's loss)
+and counts it then, as if it had sent it itself (docs/decisions.md 147).
 """
 
 from __future__ import annotations
@@ -109,10 +114,15 @@ class MqttService:
         self._short_drops: list[float] = []  # loop times of short connections' ends
         self.session_present: bool | None = None
         self._live_quiet = asyncio.Event()  # the publisher has nothing to send or in flight
+        # The publisher's window while it waits idle with nothing in flight (else None),
+        # and the event _outbox_ready sent meanwhile, its PUBACK not yet counted.
+        self._idle_live: PublishWindow | None = None
+        self._early: int | None = None
+        self._early_at = 0.0  # time.monotonic() it was sent
         self.inbox = Inbox(self.root, desk, self._props, log, self._alive,
                            replay_client=self.replay_client, live_idle=self.live_idle,
                            publish_timeout=settings.mqtt.publish_timeout_s)
-        outbox.on_ready = self._outbox_wake.set
+        outbox.on_ready = self._outbox_ready
         status.on_change(self._status_wake.set)
 
     def client_args(self) -> dict[str, Any]:
@@ -368,11 +378,61 @@ class MqttService:
 
     # -- the parts of a connection -------------------------------------------------------
 
+    def _outbox_ready(self) -> None:
+        """Events were applied. When the publisher waits idle with nothing in flight and
+        the first of them follows the last published, it goes out now, from here (the
+        tty's callback or a command's step, after the input is durable), not on the
+        loop's next turn: the publisher is woken by its PUBACK or the connection's loss
+        (:meth:`_idle`). Otherwise, or when it cannot be sent here, the publisher is woken
+        to take the events as always."""
+        live, outbox = self._idle_live, self.outbox
+        if live is not None:
+            self._idle_live = None
+            fresh = outbox.fresh
+            if fresh and fresh[0][0] == outbox.last_published + 1:
+                seq, body = fresh[0]
+                try:
+                    sent = live.send_now(f"{self.root}/events", body, self._props)
+                except Exception:  # nothing sent (not connected, too large): the
+                    sent = False  # publisher sends it and reports what is wrong
+                if sent:
+                    del fresh[0]
+                    self._early, self._early_at = seq, time.monotonic()
+                    self._live_quiet.clear()
+                    live.notify = self._outbox_wake.set
+                    return
+        self._outbox_wake.set()
+
+    async def _idle(self, live: PublishWindow) -> None:
+        """The publisher has nothing to send: wait for events (at most IDLE_WAKE_S, and
+        never longer than publish_timeout_s, which an event sent meanwhile is held to)."""
+        timeout = self.settings.mqtt.publish_timeout_s
+        self._idle_live = live
+        try:
+            woken = await self._outbox_wake.wait(min(IDLE_WAKE_S, timeout))
+        finally:
+            self._idle_live = None
+        early, self._early = self._early, None
+        if early is not None:
+            live.notify = None
+            # Its PUBACK (usually here already), else the connection is counted as
+            # broken publish_timeout_s after the send: nothing is marked then, and the
+            # next connection's publisher sends it again from the journal.
+            await live.drain(max(0.0, timeout - (time.monotonic() - self._early_at)))
+            self.outbox.acked(early)
+            self.status.last_publish = self.outbox.last_publish
+        elif not woken:
+            # idle: a retained snapshot still awaiting its PUBACK gets it now, or the
+            # connection is counted as broken (publish_timeout_s), as when it was
+            # awaited at once
+            await live.drain()
+
     async def _publisher(self, client: aiomqtt.Client) -> None:
         outbox, topic = self.outbox, f"{self.root}/events"
         # One at a time, each after the PUBACK of the one before (module docstring).
         live = PublishWindow(client, 1, self.settings.mqtt.publish_timeout_s)
         props = self._props
+        self._early = None  # one sent on the last connection is sent again (take())
         self._live_quiet.clear()  # a replay waits for this connection's backlog to go out
         while True:
             self._outbox_wake.clear()
@@ -382,11 +442,7 @@ class MqttService:
                 self._alive()
                 if not outbox.fresh:
                     self._live_quiet.set()
-                if not await self._outbox_wake.wait(IDLE_WAKE_S):
-                    # idle: a retained snapshot still awaiting its PUBACK gets it now, or
-                    # the connection is counted as broken (publish_timeout_s), as when
-                    # it was awaited at once
-                    await live.drain()
+                await self._idle(live)
                 self._live_quiet.clear()
                 continue
             last: int | None = None

@@ -32,6 +32,7 @@ from __future__ import annotations
 import struct
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import aiomqtt
@@ -65,6 +66,10 @@ class PublishWindow:
         self._windows = _windows_of(self._paho)
         self._windows.add(self)
         self._lane: DirectLane | None = getattr(self._paho, "_shoed_lane", None)
+        # Called when no message awaits its PUBACK any more, or the connection is lost:
+        # how a sender that handed a message over with send_now() and went on waiting
+        # for something else learns of it.
+        self.notify: Callable[[], None] | None = None
 
     def close(self) -> None:
         """No more messages through this window (its client's callbacks forget it)."""
@@ -82,6 +87,20 @@ class PublishWindow:
     def _wake(self) -> None:
         if len(self._awaited) < self.size or self._lost is not None:
             self._wait.wake()
+        if self.notify is not None and (not self._awaited or self._lost is not None):
+            self.notify()
+
+    def send_now(self, topic: str, payload: str | bytes, properties: Properties | None,
+                 retain: bool = False) -> bool:
+        """Send one QoS 1 message at once, from a plain callback (no await): only through
+        the lane, only when no message of this window awaits its PUBACK and the
+        connection was not lost. False when nothing was sent; raises as the lane does
+        (not connected, too large), also with nothing sent."""
+        lane = self._lane
+        if lane is None or self._awaited or self._lost is not None:
+            return False
+        self._awaited.add(lane.publish(topic, payload, properties, retain))
+        return True
 
     async def send(self, topic: str, payload: str | bytes, properties: Properties | None,
                    retain: bool = False) -> None:
@@ -105,18 +124,21 @@ class PublishWindow:
         await self.send(topic, payload, properties, retain)
         await self.drain()
 
-    async def drain(self) -> None:
-        """Returns once every message sent has its PUBACK."""
-        await self._wait_below(1)
+    async def drain(self, timeout: float | None = None) -> None:
+        """Returns once every message sent has its PUBACK (raises when none came for
+        `timeout` seconds, the window's own by default)."""
+        await self._wait_below(1, timeout)
 
-    async def _wait_below(self, limit: int) -> None:
+    async def _wait_below(self, limit: int, timeout: float | None = None) -> None:
+        wait = self.timeout if timeout is None else timeout
         while True:
             if self._lost is not None:
                 raise BrokerError(self._lost)
             if len(self._awaited) < limit:
                 return
             awaited = len(self._awaited)
-            await self._wait.wait(self.timeout)
+            await self._wait.wait(wait)
+            wait = self.timeout
             if self._lost is None and len(self._awaited) >= awaited:
                 raise BrokerError(f"no PUBACK within {self.timeout:g} s "
                                   f"({awaited} messages awaiting one)")
