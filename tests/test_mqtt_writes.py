@@ -143,6 +143,74 @@ def test_after_every_read_our_ack_is_asked_to_leave_at_once(broker) -> None:
     asyncio.run(main())
 
 
+@pytest.mark.skipif(not hasattr(socket, "TCP_QUICKACK"), reason="TCP_QUICKACK is Linux's")
+def test_no_quick_ack_after_the_puback_of_the_last_message_in_flight() -> None:
+    """With paho's parts to look at: a read that brought only PUBACKs, with nothing of
+    ours still awaiting one, leaves our ACK to our next packet (or the kernel's delayed
+    ACK); any other packet (a command's PUBLISH, a PINGRESP), or a PUBACK while paho or
+    the lane still awaits another, gets the quick ACK as before."""
+    from shoed.mqtt.writes import ack_at_once
+
+    calls: list[str] = []
+
+    class Sock:
+        def setsockopt(self, level: int, option: int, value: int) -> None:
+            assert (level, option, value) == (socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)
+            calls.append("quick")
+
+    class Lane:
+        mids: set[int] = set()
+
+    class Paho:
+        def __init__(self) -> None:
+            self.sock = Sock()
+            self._in_packet: dict[str, int] = {"command": 0}
+            self._out_messages: dict[int, object] = {}
+            self.incoming: list[int] = []  # packet types the next read brings
+
+        def socket(self) -> Sock:
+            return self.sock
+
+        def _packet_handle(self) -> int:
+            calls.append(f"handled {self._in_packet['command']:#x}")
+            return 0
+
+        def loop_read(self, max_packets: int = 1) -> int:
+            for command in self.incoming:  # as paho's _packet_read does, per packet
+                self._in_packet = {"command": command}
+                self._packet_handle()
+            self.incoming = []
+            return 0
+
+    class Client:
+        _client = Paho()
+
+    fake = Client()
+    paho = fake._client
+    assert ack_at_once(fake)  # type: ignore[arg-type]
+
+    def read(*commands: int) -> list[str]:
+        calls.clear()
+        paho.incoming = list(commands)
+        assert paho.loop_read() == 0
+        return [c for c in calls if c == "quick"]
+
+    assert read(0x20) == ["quick"]  # the CONNACK's read (or the first): quick
+    assert read(0x40) == []  # the last PUBACK awaited: our next PUBLISH carries the ACK
+    assert read(0x40, 0x40) == []
+    assert read(0x32) == ["quick"]  # a command (QoS 1 PUBLISH): quick, as before
+    assert read(0x40, 0xD0) == ["quick"]  # a PINGRESP among them
+    paho._out_messages[7] = object()  # aiomqtt's own publish still awaits its PUBACK
+    assert read(0x40) == ["quick"]
+    paho._out_messages.clear()
+    paho._shoed_lane = Lane()  # type: ignore[attr-defined]
+    Lane.mids = {3}  # a window's message still awaits its PUBACK
+    assert read(0x40) == ["quick"]
+    Lane.mids = set()
+    assert read(0x40) == []
+    assert "handled 0x40" in calls  # paho's own handler still ran
+
+
 def test_a_buffered_read_serves_paho_whole_packets_from_one_recv() -> None:
     """read_buffered, against a fake paho that reads as paho does (type byte, length
     byte, body): two PUBACKs that arrived together are one recv(2), and the loop_read

@@ -162,13 +162,20 @@ class DeviceSession:
             self.transport.write(data)
 
     def after_output(self, out: Output) -> None:
-        """Gate/indicator frames and the log lines follow on the loop's next turn, after
-        the publisher (woken by the outbox) has sent the events: a dealer's light or a
-        log line may come a fraction of a millisecond later, the event not."""
-        if not (self._device_requests or self._unlogged):
-            asyncio.get_running_loop().call_soon(self._after_publisher_turn)
+        """Gate/indicator frames and the log lines follow the events' send: at once when
+        the outbox has handed every event over (the idle publisher's first event leaves
+        from the apply, decisions.md 147), else on the loop's next turn, after the
+        publisher (woken by the outbox) has sent them: a dealer's light or a log line
+        may come a fraction of a millisecond later, the event not."""
+        scheduled = bool(self._device_requests or self._unlogged)
         self._device_requests += out.device
         self._unlogged += out.events
+        if scheduled:
+            return  # the turn already asked for takes these too
+        if self.recorder.outbox.fresh:
+            asyncio.get_running_loop().call_soon(self._after_publisher_turn)
+        else:
+            self._after_publisher_turn()  # no loop turn of its own (one less a card)
 
     def _after_publisher_turn(self) -> None:
         if self._device_requests:

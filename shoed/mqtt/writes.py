@@ -66,29 +66,60 @@ def send_when_queued(client: aiomqtt.Client) -> None:
 
 
 QUICKACK: int | None = getattr(socket, "TCP_QUICKACK", None)  # Linux
+PUBACK = 0x40  # an MQTT PUBACK's packet type (its first byte's high half)
 
 
 def ack_at_once(client: aiomqtt.Client) -> bool:
-    """After each read from the broker, our TCP ACK for it leaves at once (Linux
-    ``TCP_QUICKACK``, which the kernel drops again by itself, so it is set after every
-    read). A broker without TCP_NODELAY (Mosquitto's default) holds its next small
-    packet until the one before is acknowledged, and a delayed ACK waits up to 40 ms:
-    a command's PUBLISH to the daemon, not answered at once (a `replay` is answered
-    after its events), held the PUBACK of a retained snapshot, and with it the next
-    card's event, ~20 ms (docs/performance.md, "A big replay"). One setsockopt a read.
-    True if installed (after the connect, on the loop's thread)."""
+    """After a read from the broker that needs it, our TCP ACK for it leaves at once
+    (Linux ``TCP_QUICKACK``, which the kernel drops again by itself, so it is set after
+    each such read). A broker without TCP_NODELAY (Mosquitto's default) holds its next
+    small packet until the one before is acknowledged, and a delayed ACK waits up to
+    40 ms: a command's PUBLISH to the daemon, not answered at once (a `replay` is
+    answered after its events), held the PUBACK of a retained snapshot, and with it the
+    next card's event, ~20 ms (docs/performance.md, "A big replay").
+
+    Needed after a read that brought anything but a PUBACK (a command, a SUBACK, a
+    PINGRESP), or while something of ours still awaits its PUBACK (the broker's next
+    packet is then on its way). Not after the PUBACK of the last message in flight:
+    the broker then sends nothing until our next packet, which carries the ACK (a card's
+    event after its `state`'s PUBACK), or the kernel's delayed ACK leaves by itself. A
+    card's two PUBACKs thus cost no setsockopt and no ACK segment of their own
+    (docs/performance.md, "Thirteenth pass"; decisions.md 148). A paho without the
+    parts this looks at gets the quick ACK after every read, as before. True if
+    installed (after the connect, on the loop's thread)."""
     paho: Any = client._client
     sock = paho.socket()
     if QUICKACK is None or not hasattr(sock, "setsockopt"):
         return False  # not Linux, or not a TCP socket (none yet, or a websocket's)
     read = paho.loop_read
+    handle: Any = getattr(paho, "_packet_handle", None)
+    watched = handle is not None and hasattr(paho, "_in_packet") \
+        and isinstance(getattr(paho, "_out_messages", None), dict)
+    other = True  # a packet other than a PUBACK was read since the last quick ACK
+
+    def packet_handle() -> Any:
+        nonlocal other
+        if paho._in_packet["command"] & 0xF0 != PUBACK:
+            other = True
+        return handle()
 
     def loop_read(max_packets: int = 1) -> Any:
+        nonlocal other
         rc = read(max_packets)
-        # closed meanwhile: paho reports the lost connection itself
-        with contextlib.suppress(OSError):
-            sock.setsockopt(socket.IPPROTO_TCP, QUICKACK, 1)
+        if other or not watched or paho._out_messages or _lane_awaits(paho):
+            other = False
+            # closed meanwhile: paho reports the lost connection itself
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, QUICKACK, 1)
         return rc
 
+    if watched:
+        paho._packet_handle = packet_handle
     paho.loop_read = loop_read
     return True
+
+
+def _lane_awaits(paho: Any) -> bool:
+    """A window's message (shoed.mqtt.window's lane) still awaits its PUBACK."""
+    lane = paho.__dict__.get("_shoed_lane")
+    return lane is not None and bool(lane.mids)
