@@ -20,6 +20,36 @@ def stamp(uptime: Uptime | None) -> dict[str, Any]:
     return {"at": time.time(), "mono": uptime.now() if uptime is not None else None}
 
 
+def _plain(x: float) -> bool:
+    """A float whose repr() is pydantic-core's JSON of it (Python writes 1e-05 where
+    pydantic-core writes 0.00001: below 1e-4; both write 1e+16 from 1e16 on)."""
+    return 1e-4 <= x < 1e16 or x == 0.0
+
+
+def card_record(message: Any, stamped: dict[str, Any], min_quality: int) -> str | None:
+    """The record's JSON of the one input a plain card frame makes (an optical code read
+    well, the payload whole, the times ordinary), written without building the input's
+    model: byte for byte ``message_to_inputs(...)[0].model_dump_json()`` (Hypothesis
+    checks it, tests/test_card_record.py), so the model can be built after the ACK,
+    off the card-to-ACK path. None for any other frame: its inputs are built first, as
+    always."""
+    if type(message) is not Card or message.problem is not None:
+        return None
+    identity = message.identity
+    if type(identity) is not OpticalCode or message.quality < min_quality \
+            or message.payload_problem is not None:
+        return None
+    at, mono = stamped["at"], stamped["mono"]
+    if type(at) is not float or not _plain(at) or (
+            mono is not None and (type(mono) is not float or not _plain(mono))):
+        return None
+    return (f'{{"at":{at!r},"mono":{"null" if mono is None else repr(mono)},'
+            f'"kind":"item","item":"card","pull_id":{message.pull_id:d},'
+            f'"pull_pos":{message.pull_pos:d},"pull_size":{message.pull_size:d},'
+            f'"device_card_index":{message.card_index:d},"card":"{identity.notation}",'
+            '"status":"read","uid":null,"problem":null}')
+
+
 def message_to_inputs(message: Any, stamped: dict[str, Any], manifest: dict[str, str] | None,
                       min_quality: int) -> list[Input]:
     """Translate one decoded device message into engine inputs (maybe none); `stamped`

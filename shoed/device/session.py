@@ -36,7 +36,7 @@ from firmware_protocol.messages import Capability
 from shoed.config import Settings
 from shoed.core.engine import DeviceRequest, Output
 from shoed.core.inputs import DeviceGap, DeviceLink, Input, Notice, Tick
-from shoed.device.inputs import message_to_inputs, stamp
+from shoed.device.inputs import card_record, message_to_inputs, stamp
 from shoed.device.transports import TRANSPORTS, Transport
 from shoed.errors import TransportLost
 from shoed.eventlog import EventLog
@@ -118,6 +118,11 @@ class DeviceSession:
             link.refuse(event.seq)  # stopping: the shoe keeps it for the next start
             return
         stamped = stamp(self.recorder.uptime)
+        if not event.gap and self.recorder.state.device.connected:
+            body = card_record(message, stamped, self.min_quality)
+            if body is not None:  # a plain card (most frames)
+                self._plain_card(event, message, stamped, body)
+                return
         inputs: list[Input] = []
         if not self.recorder.state.device.connected and not isinstance(message, Hello):
             inputs.append(DeviceLink(**stamped, connected=True))  # Hello reconnects itself
@@ -143,6 +148,24 @@ class DeviceSession:
             self._sync_status(force=True)
         elif inputs and isinstance(inputs[0], DeviceLink):
             self._sync_status()  # the shoe is back (frames after a silence)
+
+    def _plain_card(self, event: MessageReceived, message: Any, stamped: dict[str, Any],
+                    body: str) -> None:
+        """A plain card's frame: its input's JSON recorded, the ACK, and only then its
+        model built and applied (the same input, the same journal bytes as
+        message_to_inputs makes, built a step later)."""
+        link = self.link
+        if self._wrong_device:
+            link.refuse(event.seq)  # not our shoe: no ACK, nothing applied
+            return
+        ids = self.recorder.record_bodies([(stamped["at"], body)], event.dedup_after)
+        if ids is None:
+            link.refuse(event.seq)
+            return
+        link.ack(event.seq)
+        self._flush()  # the ACK leaves before the input's model and its effect
+        inputs = message_to_inputs(message, stamped, self.manifest, self.min_quality)
+        self.recorder.apply(list(zip(ids, inputs, strict=True)))
 
     def _check_serial_no(self, message: Hello, stamped: dict[str, Any]) -> None:
         expected = self.settings.device.serial_no

@@ -159,18 +159,23 @@ class Recorder:
         """The frame's inputs and the new dedup state in one fdatasynced write (the record
         log); the recorded inputs with their ids, or None when storage failed (no ACK
         then). The effect write (or any transaction) copies them into the database."""
+        ids = self.record_bodies([(inp.at, inp.model_dump_json()) for inp in inputs], dedup)
+        return None if ids is None else list(zip(ids, inputs, strict=True))
+
+    def record_bodies(self, bodies: list[tuple[float, str]], dedup: DedupState
+                      ) -> list[int] | None:
+        """:meth:`record` of inputs given as (at, their JSON): their ids, or None when
+        storage failed (no ACK then). The caller applies their models, in order, next."""
         if not self.status.storage_ok and not self.retry():
             return None
         try:
-            ids = self.journal.record([(inp.at, inp.model_dump_json()) for inp in inputs],
-                                      dedup_json(dedup))
-            recorded = list(zip(ids, inputs, strict=True))
+            ids = self.journal.record(bodies, dedup_json(dedup))
         except StorageError as error:
             self._failed(str(error))
             return None
         for hook in RECORD_HOOKS:
             hook()
-        return recorded
+        return ids
 
     def apply(self, recorded: list[tuple[int, Input]]) -> list[Output]:
         """The game effect of recorded inputs: engine, events to the publisher at once;
