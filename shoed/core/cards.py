@@ -39,8 +39,13 @@ def value_of_rank(rank: str) -> int:
     return index + 1 if index < 9 else 0
 
 
+#: value_of_rank of every rank, looked up (value() runs several times per card)
+_RANK_VALUES: dict[str, int] = {rank: value_of_rank(rank) for rank in RANKS}
+
+
 def value(card: str) -> int:
-    return value_of_rank(card[0])
+    found = _RANK_VALUES.get(card[0])
+    return value_of_rank(card[0]) if found is None else found  # not a rank: its error
 
 
 def commencement_count(card: str) -> int:

@@ -108,6 +108,7 @@ from .view import (
     gate_locked,
     hand_complete,
     hold_detail,
+    hold_reasons,
     indicator,
     positions,
     public_state,
@@ -336,9 +337,11 @@ class Engine:
             if inp.mono is not None:
                 self._carry_over(inp)
             self._dispatch(inp)
-            self._sync_alarms()
+            # Once for both: neither the alarms nor the shoe report change a hold.
+            detail = hold_detail(self._state.shoe)
+            self._sync_alarms(detail)
             self._report_if_due()
-            self._sync_device()
+            self._sync_device(holds=hold_reasons(detail))
         except Refused as refusal:
             self._state = rollback()
             out = Output(ok=False, error=CommandError(refusal.code, refusal.message))
@@ -611,8 +614,10 @@ class Engine:
                            f"{reason.replace('_', ' ')}: {where} holds the game")
         return wanted
 
-    def _sync_alarms(self) -> None:
-        detail = hold_detail(self._state.shoe)
+    def _sync_alarms(self, detail: list[Hold] | None = None) -> None:
+        """`detail`: hold_detail(self._state.shoe), when the caller has it already."""
+        if detail is None:
+            detail = hold_detail(self._state.shoe)
         wanted = self._hold_alarm_wanted(detail)
         for alarm in list(self._state.alarms):
             if alarm.key.startswith("hold:") and alarm.key not in wanted:
@@ -624,11 +629,13 @@ class Engine:
             if card is not None:
                 card.alarmed = True
 
-    def _sync_device(self, force: bool = False) -> None:
+    def _sync_device(self, force: bool = False, holds: list[str] | None = None) -> None:
+        """`holds`: active_holds(self._state.shoe), when the caller has it already."""
         caps = self._state.device.capabilities
         if caps is None:
             return
-        holds = active_holds(self._state.shoe)  # once for the gate and the indicator
+        if holds is None:  # once for the gate and the indicator
+            holds = active_holds(self._state.shoe)
         if caps & _GATE:
             locked = gate_locked(self.config, self._state, holds)
             if force or locked != self._state.gate_sent:

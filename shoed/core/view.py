@@ -39,9 +39,10 @@ def _derive(cards: tuple[str | None, ...], has_burn: bool) -> tuple[str | None, 
     return tuple(_derive_positions(cards, has_burn))
 
 
-def derive_positions(cards: list[str | None], has_burn: bool) -> list[str | None]:
-    """Memoised :func:`_derive_positions` (pure, and asked several times per input)."""
-    return list(_derive(tuple(cards), has_burn))
+def derive_positions(cards: list[str | None], has_burn: bool) -> tuple[str | None, ...]:
+    """Memoised :func:`_derive_positions` (pure, and asked several times per input); the
+    cached tuple itself, not a copy."""
+    return _derive(tuple(cards), has_burn)
 
 
 def _derive_positions(cards: tuple[str | None, ...], has_burn: bool) -> list[str | None]:
@@ -80,22 +81,29 @@ def _derive_positions(cards: tuple[str | None, ...], has_burn: bool) -> list[str
     return out
 
 
-def positions(hand: HandState) -> list[str | None]:
+def positions(hand: HandState) -> tuple[str | None, ...]:
     """Derived position of each card of the hand; None = pending, "surplus" = beyond."""
     return derive_positions([c.card for c in hand.cards], hand.has_burn)
 
 
 def next_position(hand: HandState) -> str | None:
-    """Where the next card of the hand goes (None: pending or complete)."""
-    if not hand.cards and hand.has_burn:
+    """Where the next card of the hand goes (None: pending or complete).
+
+    As :func:`_derive_positions` would place one more card: the hand's own positions
+    say whether it is blocked; if not, every card after the burn is P/B, and the next
+    goes by their count, then by their values (tests/test_view.py checks this against
+    deriving the hand with a card added)."""
+    cards = hand.cards
+    if not cards and hand.has_burn:
         return "burn"
-    known = [c.card for c in hand.cards]
-    derived = derive_positions(known, hand.has_burn)
+    derived = positions(hand)
     if derived and derived[-1] in (None, "surplus"):
         return None
-    # Where would one more card go? Only the position matters, not its value.
-    nxt = derive_positions([*known, "AS"], hand.has_burn)[-1]
-    return None if nxt == "surplus" else nxt
+    dealt = cards[1:] if hand.has_burn else cards
+    if len(dealt) < 4:
+        return DEAL_ORDER[len(dealt)]
+    values = [value(c.card) for c in dealt if c.card is not None]
+    return None if len(values) < len(dealt) else next_needed_by_values(values)
 
 
 def dealt_cards(hand: HandState) -> list[CardRec]:
@@ -142,7 +150,12 @@ def hold_detail(shoe: ShoeState | None) -> list[Hold]:
 
 
 def active_holds(shoe: ShoeState | None) -> list[str]:
-    return sorted({reason for reason, _ in hold_detail(shoe)})
+    return hold_reasons(hold_detail(shoe))
+
+
+def hold_reasons(detail: list[Hold]) -> list[str]:
+    """The reasons of a :func:`hold_detail`, each once, sorted (:func:`active_holds`)."""
+    return sorted({reason for reason, _ in detail})
 
 
 # --- the shoe's gate and indicator ---------------------------------------------------------
@@ -203,7 +216,7 @@ def public_state(config: EngineConfig, state: EngineState) -> dict[str, Any]:
         "hands_played": 0, "hands_voided": 0,
     }
     holds = hold_detail(shoe)  # once, for the gate, the indicator and the hold
-    reasons = sorted({r for r, _ in holds})
+    reasons = hold_reasons(holds)
     public["gate_locked"] = gate_locked(config, state, reasons)
     public["indicator"] = indicator(state, reasons)
     if shoe is None:
@@ -242,7 +255,7 @@ def public_state(config: EngineConfig, state: EngineState) -> dict[str, Any]:
         public["hand_no"] = shoe.last_resolved
     if shoe.betting == "open":
         nh = hand
-        derived = positions(nh) if nh is not None else []
+        derived = positions(nh) if nh is not None else ()
         pick = {p: c.card for c, p in zip(nh.cards, derived, strict=True)} if nh else {}
         public["next_hand"] = {"hand_no": nh.hand_no if nh else shoe.hand_no + 1,
                                "burn": pick.get("burn"), "P1": pick.get("P1"),
