@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
+import threading
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, Literal
 
@@ -216,3 +218,39 @@ def loop_name() -> str:
     """What the running loop is: "uvloop" or "asyncio"."""
     module = type(asyncio.get_running_loop()).__module__
     return "uvloop" if module.startswith("uvloop") else "asyncio"
+
+
+async def in_background_thread(fn: Callable[[], Any], name: str) -> Any:
+    """`fn()` in a thread of its own that the kernel runs only when no other thread of
+    the machine wants the CPU (Linux's SCHED_IDLE; elsewhere, or where it is refused,
+    at the normal priority). For long work the daemon starts by itself, such as the
+    journal's full integrity check after READY: on the table PC's two cores, at the
+    normal priority, it took a core from the cards dealt meanwhile and stalled some by
+    16-80 ms (docs/performance.md, "Thirteenth pass"). A thread of its own, not the
+    loop's executor: an unprivileged thread may not leave SCHED_IDLE again, and the
+    executor's threads are reused. Returns fn's result or raises its error."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[Any] = loop.create_future()
+
+    def settle(result: Any, error: BaseException | None) -> None:
+        if done.done():
+            return
+        if error is not None:
+            done.set_exception(error)
+        else:
+            done.set_result(result)
+
+    def run() -> None:
+        with contextlib.suppress(AttributeError, OSError):  # not Linux, or refused
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+        try:
+            result = fn()
+        except BaseException as error:  # handed to the awaiting task, never lost
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(settle, None, error)
+            return
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(settle, result, None)
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    return await done

@@ -154,3 +154,51 @@ async def test_table_connection_close_ends_a_connection_that_lost_its_cancel() -
     task: Any = connection._task
     await asyncio.wait_for(connection.close(), 5)
     assert task.cancelled() and connection._task is None
+
+
+def _where() -> tuple[str, int]:
+    import os
+    import threading
+    return threading.current_thread().name, os.sched_getscheduler(0)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SCHED_IDLE is Linux's")
+@asynctest
+async def test_background_work_runs_in_its_own_thread_at_the_idle_priority() -> None:
+    import os
+
+    from shoed.aio import in_background_thread
+    name, policy = await in_background_thread(_where, "journal_check_test")
+    assert (name, policy) == ("journal_check_test", os.SCHED_IDLE)
+    assert _where()[1] != os.SCHED_IDLE  # the loop's own thread keeps its priority
+    # the loop's executor is not lowered either (its threads are reused)
+    assert (await asyncio.to_thread(_where))[1] != os.SCHED_IDLE
+
+    def fails() -> None:
+        raise ValueError("the check's own error")
+    with pytest.raises(ValueError, match="the check's own error"):
+        await in_background_thread(fails, "failing")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SCHED_IDLE is Linux's")
+def test_the_journal_check_after_ready_runs_at_the_idle_priority(tmp_path: Any) -> None:
+    import os
+
+    from rig import make_settings
+
+    from shoed import logs
+    from shoed.daemon import Daemon
+    from shoed.status import TableStatus
+    from shoed.store.recorder import Recorder
+
+    settings = make_settings(tmp_path / "state", "mqtt://127.0.0.1:1")
+    recorder = Recorder.open(settings, Daemon(settings).engine_config, TableStatus("T9"),
+                             logs.get("shoed"))
+    seen: list[tuple[str, int]] = []
+    checked = recorder.journal.integrity_check
+    recorder.journal.integrity_check = lambda: (seen.append(_where()), checked())[1]  # type: ignore[method-assign]
+    try:
+        asyncio.run(recorder.integrity_check())
+    finally:
+        recorder.journal.close()
+    assert seen == [("integrity_check", os.SCHED_IDLE)]

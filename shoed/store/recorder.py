@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from firmware_protocol import DedupState
+from shoed.aio import in_background_thread
 from shoed.config import Settings
 from shoed.core.config import EngineConfig
 from shoed.core.engine import Engine, Output
@@ -378,9 +379,10 @@ class Recorder:
 
     async def integrity_check(self) -> None:
         """SQLite's full integrity check once after READY, in a thread on a read-only
-        connection of its own: it never holds up READY or a card (docs/reliability.md).
+        connection of its own, at the idle priority: it never holds up READY or a card
+        (docs/reliability.md).
         A problem is logged and recorded beside the journal: the next start refuses it."""
-        found = await asyncio.to_thread(self.journal.integrity_check)
+        found = await in_background_thread(self.journal.integrity_check, "integrity_check")
         if found:
             self.log.error("journal_corrupt", path=str(self.journal.path), problems=found)
 
