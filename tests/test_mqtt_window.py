@@ -4,8 +4,10 @@ DirectLane), byte for byte what paho would send, against a real Mosquitto."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import socket
+from collections.abc import Iterator
 from typing import Any
 
 import aiomqtt
@@ -151,18 +153,26 @@ def test_a_lost_connection_reaches_the_sender(broker) -> None:
     asyncio.run(scenario())
 
 
+@contextlib.contextmanager
+def broker_stopped(broker: Any) -> Iterator[None]:
+    """Mosquitto stopped with SIGSTOP while inside: the socket takes packets, no PUBACK
+    comes."""
+    broker.proc.send_signal(signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        broker.proc.send_signal(signal.SIGCONT)
+
+
 def test_no_puback_within_the_timeout_is_an_error(broker) -> None:
     """Mosquitto stopped with SIGSTOP: the socket takes the packet, no PUBACK comes."""
 
     async def scenario() -> None:
         async with client_for(broker, keepalive=60) as client:
             window = PublishWindow(client, 1, 0.5)
-            broker.proc.send_signal(signal.SIGSTOP)
-            try:
-                with pytest.raises(BrokerError, match=r"no PUBACK within 0\.5 s"):
-                    await window.publish("slow/t", b"x", None)
-            finally:
-                broker.proc.send_signal(signal.SIGCONT)
+            with broker_stopped(broker), \
+                    pytest.raises(BrokerError, match=r"no PUBACK within 0\.5 s"):
+                await window.publish("slow/t", b"x", None)
 
     asyncio.run(scenario())
 
@@ -207,15 +217,12 @@ def test_a_drain_with_a_shorter_timeout_than_the_windows(broker) -> None:
     async def scenario() -> float:
         async with client_for(broker, keepalive=60) as client:
             window = PublishWindow(client, 1, 30.0)
-            broker.proc.send_signal(signal.SIGSTOP)
-            try:
+            with broker_stopped(broker):
                 assert window.send_now("slow/t", b"x", None)
                 started = asyncio.get_running_loop().time()
                 with pytest.raises(BrokerError, match=r"no PUBACK within 30 s"):
                     await window.drain(0.3)
                 return asyncio.get_running_loop().time() - started
-            finally:
-                broker.proc.send_signal(signal.SIGCONT)
 
     assert asyncio.run(scenario()) < 5.0
 

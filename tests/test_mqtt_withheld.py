@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import pytest
 from kit import stop_tasks
-from rig import wait_for
+from rig import Collector, wait_for
 from test_supervision import _collector, daemon
 
 from shoed.mqtt.service import IDLE_WAKE_S
@@ -104,55 +104,65 @@ def _wall(line: dict[str, object]) -> float:
     return dt.datetime.fromisoformat(str(line["timestamp"]).replace("Z", "+00:00")).timestamp()
 
 
+async def _withhold_after_idle(tmp_path: pathlib.Path, broker: PrivateMosquitto,
+                               topic: str, notice_within_s: float, timeout_s: float
+                               ) -> tuple[Collector, int]:
+    """A daemon deals a shoe and falls idle; then a new_shoe, and the broker takes the
+    first message of that burst on `topic` and never PUBACKs it. Checks that the daemon
+    counts the connection broken within `notice_within_s` of the theft, connects again
+    and that every event came, in order, none missing. Returns the collector and the
+    seq of the last event before the new shoe."""
+    thief = PubackThief(broker.port)
+    await thief.start()
+    collector, collecting = await _collector(broker)
+    try:
+        with daemon(tmp_path, f"mqtt://127.0.0.1:{thief.port}",
+                    mqtt={"publish_timeout_s": timeout_s}) as d:
+            d.start_shoe(seed=5, pace=0.02)
+            d.start()
+            await wait_for(lambda: collector.of("shoe_ended"), 90, "the shoe dealt")
+            await asyncio.sleep(1.0)  # idle: nothing awaits a PUBACK
+            connects = len(d.logged("mqtt_connected"))
+            assert not d.logged("mqtt_disconnected")
+            before = max(e["seq"] for e in collector.raw_events)
+            thief.arm(topic)
+            answer = await collector.send({"request_id": f"ns-{topic}",
+                                           "command": "new_shoe", "operator": "pit"})
+            assert answer["ok"], answer
+            await wait_for(lambda: thief.dropped == 1, 10, f"the PUBACK on {topic} withheld")
+            await wait_for(lambda: d.logged("mqtt_disconnected"), notice_within_s + 5,
+                           "the daemon to notice")
+            dropped = d.logged("mqtt_disconnected")[0]
+            assert f"no PUBACK within {timeout_s:g} s" in str(dropped["error"])
+            assert thief.stolen_at is not None
+            noticed = _wall(dropped) - thief.stolen_at
+            assert noticed <= notice_within_s + 1.0, noticed
+            await wait_for(lambda: len(d.logged("mqtt_connected")) > connects, 15,
+                           "the daemon connected again")
+            # Nothing lost or reordered: every event, the new shoe's included, once.
+            started = collector.of("shoe_started")[-1]["seq"]
+            await wait_for(lambda: collector.retained.get("state", {}).get("seq", 0)
+                           >= started, 10, "the state of the new shoe")
+            last = collector.retained["state"]["seq"]
+            await wait_for(lambda: len(collector.events) >= last, 10, "every event")
+            seqs = [e["seq"] for e in collector.events]
+            assert seqs == list(range(1, last + 1)), (seqs[-5:], last)
+            assert d.stop() == 0
+    finally:
+        await stop_tasks(collecting)
+        await thief.close()
+    return collector, before
+
+
 def test_a_snapshot_puback_withheld_while_idle_is_noticed_and_nothing_is_lost(
         tmp_path: pathlib.Path, broker: PrivateMosquitto) -> None:
+    """A new shoe's events, then the state, then the roads (the last send of the
+    burst): the broker takes the roads and never says so; noticed within IDLE_WAKE_S
+    and publish_timeout_s."""
     timeout_s = 1.0
-
-    async def main() -> None:
-        thief = PubackThief(broker.port)
-        await thief.start()
-        collector, collecting = await _collector(broker)
-        try:
-            with daemon(tmp_path, f"mqtt://127.0.0.1:{thief.port}",
-                        mqtt={"publish_timeout_s": timeout_s}) as d:
-                d.start_shoe(seed=5, pace=0.02)
-                d.start()
-                await wait_for(lambda: collector.of("shoe_ended"), 90, "the shoe dealt")
-                await asyncio.sleep(1.0)  # idle: nothing awaits a PUBACK
-                connects = len(d.logged("mqtt_connected"))
-                assert not d.logged("mqtt_disconnected")
-                # A new shoe: its events, then the state, then the roads (the last send
-                # of the burst): the broker takes the roads and never says so.
-                thief.arm("shoed/T9/roads")
-                answer = await collector.send({"request_id": "ns-1", "command": "new_shoe",
-                                               "operator": "pit"})
-                assert answer["ok"], answer
-                await wait_for(lambda: thief.dropped == 1, 10, "the roads' PUBACK withheld")
-                await wait_for(lambda: d.logged("mqtt_disconnected"),
-                               IDLE_WAKE_S + timeout_s + 5, "the daemon to notice")
-                dropped = d.logged("mqtt_disconnected")[0]
-                assert f"no PUBACK within {timeout_s:g} s" in str(dropped["error"])
-                assert thief.stolen_at is not None
-                noticed = _wall(dropped) - thief.stolen_at
-                assert noticed <= IDLE_WAKE_S + timeout_s + 1.0, noticed
-                await wait_for(lambda: len(d.logged("mqtt_connected")) > connects, 15,
-                               "the daemon connected again")
-                # Nothing lost or reordered: every event, the new shoe's included, once.
-                started = collector.of("shoe_started")[-1]["seq"]
-                await wait_for(lambda: collector.retained.get("state", {}).get("seq", 0)
-                               >= started, 10, "the state of the new shoe")
-                last = collector.retained["state"]["seq"]
-                await wait_for(lambda: len(collector.events) >= last, 10, "every event")
-                seqs = [e["seq"] for e in collector.events]
-                assert seqs == list(range(1, last + 1)), (seqs[-5:], last)
-                assert collector.retained["roads"]["seq"] >= collector.of("shoe_ended")[-1][
-                    "seq"]
-                assert d.stop() == 0
-        finally:
-            await stop_tasks(collecting)
-            await thief.close()
-
-    asyncio.run(main())
+    collector, _ = asyncio.run(_withhold_after_idle(
+        tmp_path, broker, "shoed/T9/roads", IDLE_WAKE_S + timeout_s, timeout_s))
+    assert collector.retained["roads"]["seq"] >= collector.of("shoe_ended")[-1]["seq"]
 
 
 def test_an_event_sent_at_once_whose_puback_is_withheld_is_sent_again_and_none_lost(
@@ -163,48 +173,8 @@ def test_an_event_sent_at_once_whose_puback_is_withheld_is_sent_again_and_none_l
     IDLE_WAKE_S later), the event is sent again on the next connection with its
     event_id, and nothing is lost or reordered."""
     timeout_s = 1.0
-
-    async def main() -> None:
-        thief = PubackThief(broker.port)
-        await thief.start()
-        collector, collecting = await _collector(broker)
-        try:
-            with daemon(tmp_path, f"mqtt://127.0.0.1:{thief.port}",
-                        mqtt={"publish_timeout_s": timeout_s}) as d:
-                d.start_shoe(seed=5, pace=0.02)
-                d.start()
-                await wait_for(lambda: collector.of("shoe_ended"), 90, "the shoe dealt")
-                await asyncio.sleep(1.0)  # idle: nothing awaits a PUBACK
-                connects = len(d.logged("mqtt_connected"))
-                assert not d.logged("mqtt_disconnected")
-                before = max(e["seq"] for e in collector.raw_events)
-                thief.arm("shoed/T9/events")  # the new shoe's first event
-                answer = await collector.send({"request_id": "ns-2", "command": "new_shoe",
-                                               "operator": "pit"})
-                assert answer["ok"], answer
-                await wait_for(lambda: thief.dropped == 1, 10, "the event's PUBACK withheld")
-                await wait_for(lambda: d.logged("mqtt_disconnected"), timeout_s + 5,
-                               "the daemon to notice")
-                dropped = d.logged("mqtt_disconnected")[0]
-                assert f"no PUBACK within {timeout_s:g} s" in str(dropped["error"])
-                assert thief.stolen_at is not None
-                noticed = _wall(dropped) - thief.stolen_at
-                assert noticed <= timeout_s + 1.0, noticed  # not IDLE_WAKE_S later
-                await wait_for(lambda: len(d.logged("mqtt_connected")) > connects, 15,
-                               "the daemon connected again")
-                started = collector.of("shoe_started")[-1]
-                await wait_for(lambda: collector.retained.get("state", {}).get("seq", 0)
-                               >= started["seq"], 10, "the state of the new shoe")
-                last = collector.retained["state"]["seq"]
-                await wait_for(lambda: len(collector.events) >= last, 10, "every event")
-                seqs = [e["seq"] for e in collector.events]
-                assert seqs == list(range(1, last + 1)), (seqs[-5:], last)
-                # the withheld one came twice (at least once), with one event_id
-                again = [e for e in collector.raw_events if e["seq"] == before + 1]
-                assert len(again) == 2 and len({e["event_id"] for e in again}) == 1, again
-                assert d.stop() == 0
-        finally:
-            await stop_tasks(collecting)
-            await thief.close()
-
-    asyncio.run(main())
+    collector, before = asyncio.run(_withhold_after_idle(
+        tmp_path, broker, "shoed/T9/events", timeout_s, timeout_s))  # the first event
+    # the withheld one came twice (at least once), with one event_id
+    again = [e for e in collector.raw_events if e["seq"] == before + 1]
+    assert len(again) == 2 and len({e["event_id"] for e in again}) == 1, again
