@@ -519,3 +519,40 @@ def test_hello_clears_device_lost() -> None:
     m = table.mark()
     table.hello()
     assert [(a.code, a.active) for a in table.of("alarm", m)] == [("device_lost", False)]
+
+
+def _betting_with_a_pull_pending() -> Table:
+    """Betting open (commands mode, burn_then_void): one unnecessary card (the next
+    burn) dealt, then the first item of a two-card pull, its second still to come."""
+    table = ready("commands", unnecessary_cards="burn_then_void")
+    table.draw("9S")  # drawn while betting is open: the next hand's burn
+    table.draw("5H", "6H", order=[0])  # one item of two: the pull waits for the other
+    assert table.state["shoe_state"] == "between_hands"
+    return table
+
+
+def test_void_shoe_whose_pending_pull_voids_the_shoe_first_is_answered_ok() -> None:
+    """Found by Hypothesis (test_engine_interleavings): the command applies the pending
+    pull first; its card is the second unnecessary one, which voids the shoe under
+    burn_then_void; the command then has nothing more to void (it used to fail with an
+    engine_error and change nothing)."""
+    table = _betting_with_a_pull_pending()
+    m = table.mark()
+    out = table.cmd("void_shoe", reason="r")
+    assert out.ok, out.error
+    assert out.result == {"already": "shoe_voided"}
+    assert table.state["shoe_state"] == "shoe_voided"
+    assert [e.reason for e in table.of("shoe_voided", m)] == ["unnecessary_cards"]
+    assert not [a for a in table.of("alarm", m) if a.code == "engine_error"]
+
+
+def test_new_shoe_forced_whose_pending_pull_voids_the_old_shoe_first() -> None:
+    table = _betting_with_a_pull_pending()
+    old = table.state["shoe_id"]
+    m = table.mark()
+    out = table.cmd("new_shoe", force=True)
+    assert out.ok, out.error
+    assert [e.reason for e in table.of("shoe_voided", m)] == ["unnecessary_cards"]
+    assert table.state["shoe_id"] == out.result["shoe_id"] != old
+    assert table.state["shoe_state"] == "commencement"
+    assert not [a for a in table.of("alarm", m) if a.code == "engine_error"]

@@ -118,8 +118,11 @@ class VoidHandResult(_Open):
 
 class EmptyResult(_Open):
     """`void_shoe`, `cut_card`, `report_misorder` (and `end_shoe`, `realign`): nothing
-    beyond ok; `end_shoe` says `repeat: true` when the shoe was already ending and
-    `realign` names the `hand_no` a card moved into."""
+    beyond ok; `end_shoe` says `repeat: true` when the shoe was already ending,
+    `realign` names the `hand_no` a card moved into, and `void_shoe` says `already:
+    "shoe_voided"` (or `"shoe_ended"`) when the cards of a pull still pending, applied
+    first, ended the shoe themselves (burn_then_void's unnecessary cards): the shoe is
+    over and nothing more was done."""
 
 
 class RecalledCard(_Open):

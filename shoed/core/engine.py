@@ -1248,7 +1248,8 @@ class Engine:
                 raise Refused("shoe_in_play", f"shoe {shoe.shoe_id} is in play "
                                               f"({shoe.phase}); send force: true to replace it")
             self._flush_pull_incomplete("the shoe was replaced")
-            self._void_shoe("replaced", c.operator)
+            if shoe.phase not in FINISHED_PHASES:  # (the pull's cards may have ended it)
+                self._void_shoe("replaced", c.operator)
         self._start_shoe("new_shoe")
         assert self._state.shoe is not None
         return {"shoe_id": self._state.shoe.shoe_id}
@@ -1373,8 +1374,12 @@ class Engine:
                                       f"shoe {shoe.shoe_id}, got {c.hand_no}")
 
     def _cmd_void_shoe(self, c: cmd.VoidShoe) -> dict[str, Any]:
-        self._shoe_in_play()
+        shoe = self._shoe_in_play()
         self._flush_pull_incomplete("the shoe was voided")
+        if shoe.phase in FINISHED_PHASES:
+            # The pending pull's own cards, applied first, ended the shoe (unnecessary
+            # cards void it under burn_then_void): it is over, nothing more to void.
+            return {"already": shoe.phase}
         self._void_shoe("supervisor", c.operator)
         return {}
 
