@@ -144,23 +144,21 @@ async def round_(mode: str, journal_dir: pathlib.Path, events: int, cards: int, 
         consumer.terminate()
         consumer.wait()
     end = answered_at[0] if answered_at else float("inf")  # the replay's last event sent
-    to_event = [received[i] - shoe.sent[seq] for i, seq in enumerate(shoe.card_seqs)
-                if i >= first and seq in shoe.sent and i in received
-                and (mode == "none" or received[i] <= end)]
+    # Each measured card: its card-to-event time, and when it was dealt (seconds from the
+    # start of the measurement, the replay's command sent then).
+    timed = [(received[i] - shoe.sent[seq], shoe.sent[seq] - started)
+             for i, seq in enumerate(shoe.card_seqs)
+             if i >= first and seq in shoe.sent and i in received
+             and (mode == "none" or received[i] <= end)]
+    to_event = [t for t, _ in timed]
     replayed = replay_out.read_bytes().count(b"\n")
-    # The round's three slowest cards: their time, and when each was dealt (seconds
-    # from the start of the measurement, the replay's command sent then).
-    timed = sorted(((received[i] - shoe.sent[seq], shoe.sent[seq] - started)
-                    for i, seq in enumerate(shoe.card_seqs)
-                    if i >= first and seq in shoe.sent and i in received
-                    and (mode == "none" or received[i] <= end)), reverse=True)
     return {"mode": mode, "cards": len(to_event), "measured_s": round(measured_s, 1),
             "replay_s": round(end - started, 2) if answered_at else None,
             "replayed": replayed,
             "replay_answer": answer.get("result") or answer.get("error"),
             "card_to_event_ms": summary(to_event) if to_event else None,
             "slowest": [{"ms": round(t * 1000, 2), "dealt_at_s": round(at, 2)}
-                        for t, at in timed[:3]],
+                        for t, at in sorted(timed, reverse=True)[:3]],  # the slowest
             "_samples": to_event}
 
 
