@@ -1,7 +1,9 @@
 """Latency, throughput and footprint of shoed against a floor relay (docs/performance.md).
 
-    .venv/bin/python bench/latency.py --cards 3000 --rounds 5  # latency: shoed and floor
+    .venv/bin/python bench/latency.py --cards 3000 --rounds 6  # latency: shoed and floor
     .venv/bin/python bench/latency.py --cards 3000 --rounds 5 --pin  # host on its own core
+    .venv/bin/python bench/latency.py --cards 3000 --rounds 5 --subscriber process
+                                          # the events taken in a process of their own
     .venv/bin/python bench/latency.py --throughput 600         # full-speed stop-and-wait
     .venv/bin/python bench/latency.py --footprint              # RSS, idle CPU, start->READY
     .venv/bin/python bench/latency.py --cards 5000 --rounds 5 --targets shoed,baseline \
@@ -15,6 +17,8 @@ Card-to-ACK: a CARD frame written to the pty -> its ACK read back. Card-to-event
 same frame -> the `card` event received by a subscriber on a local Mosquitto. Durability
 is on (shoed: SQLite WAL synchronous=FULL; floor: write + fsync). Each card is sent only
 when the previous one is ACKed and 20 ms have passed, so no sample waits in a queue.
+The targets take turns in rounds (`--rounds`), their order reversed every other round
+(`--order mirrored`, the default; `same` keeps one order, as before 2026-12-04).
 """
 
 from __future__ import annotations
@@ -87,6 +91,11 @@ JOURNAL: pathlib.Path | None = None  # --journal: shoed starts on a copy of this
 # --shoed-env KEY=VALUE: set for the target "shoed" only (a setting to compare against the
 # same tree as "baseline", e.g. SHOED_DAEMON__EVENT_LOOP=uvloop with --baseline .)
 SHOED_ENV: dict[str, str] = {}
+# --subscriber: "bench" takes the events in the bench's own process, beside the simulated
+# shoe (one loop: the shoe's handling of the host's frames and the events' arrival wait
+# for each other); "process" in bench/subscriber.py, a process of its own, as the casino's
+# system is apart from the shoe's hardware.
+SUBSCRIBER = "bench"
 TABLE = "B1"
 
 
@@ -164,9 +173,19 @@ async def run_target(target: str, cards: int, pace: float, broker: PrivateMosqui
                 received[count] = now
                 count += 1
 
-    ready = asyncio.Event()
-    sub = asyncio.create_task(subscribe(ready))
-    await ready.wait()
+    if SUBSCRIBER == "process":  # the casino's system apart from the shoe
+        sub_proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "bench" / "subscriber.py"), str(broker.port), topic,
+             "shoed" if is_shoed else "floor"], stdout=subprocess.PIPE)
+        assert sub_proc.stdout is not None
+        line = await asyncio.to_thread(sub_proc.stdout.readline)
+        if not line.startswith(b"ready"):
+            stop(sub_proc)
+            raise RuntimeError(f"the subscriber did not start (printed {line!r})")
+    else:
+        ready = asyncio.Event()
+        sub = asyncio.create_task(subscribe(ready))
+        await ready.wait()
     runner = None if warm else asyncio.create_task(pty.run())
     if is_shoed:
         notify = tmp / "notify.sock"
@@ -226,7 +245,12 @@ async def run_target(target: str, cards: int, pace: float, broker: PrivateMosqui
     rss = rss_kb(proc.pid)
     stop(proc)
     runner.cancel()
-    sub.cancel()
+    if SUBSCRIBER == "process":
+        sub_proc.send_signal(signal.SIGTERM)
+        out, _ = await asyncio.to_thread(sub_proc.communicate)
+        received.update(enumerate(json.loads(out.decode().strip().splitlines()[-1])))
+    else:
+        sub.cancel()
     pty.unplug()
     to_ack = [shoe.acked[s] - shoe.sent[s] for s in shoe.card_seqs
               if s in shoe.sent and s in shoe.acked]
@@ -339,6 +363,9 @@ async def main() -> None:
     parser.add_argument("--targets", default="shoed,floor")
     parser.add_argument("--rounds", type=int, default=1,
                         help="alternate the targets this many times, cards split evenly")
+    parser.add_argument("--order", choices=("mirrored", "same"), default="mirrored",
+                        help="the targets' order in a round: reversed every other round "
+                             "(mirrored; use an even number of rounds) or the same in all")
     parser.add_argument("--pin", action="store_true",
                         help="bench and broker on CPU 0, the host under test on CPU 1")
     parser.add_argument("--baseline", type=pathlib.Path, default=None,
@@ -348,14 +375,29 @@ async def main() -> None:
                              "bench/grow_journal.py, table BENCH)")
     parser.add_argument("--shoed-env", action="append", default=[], metavar="KEY=VALUE",
                         help="an environment variable for the target 'shoed' only")
+    parser.add_argument("--subscriber", choices=("bench", "process"), default="bench",
+                        help="take the events in the bench's process (beside the simulated "
+                             "shoe) or in a process of their own (bench/subscriber.py)")
     parser.add_argument("--profile", type=pathlib.Path, default=None,
                         help="run shoed under cProfile, statistics written here")
     args = parser.parse_args()
+    for name in ("cards", "throughput", "rounds"):
+        if getattr(args, name) < (1 if name == "rounds" else 0):
+            parser.error(f"--{name} must be at least {1 if name == 'rounds' else 0}, "
+                         f"got {getattr(args, name)}")
+    if not args.pace >= 0 or not args.idle > 0:
+        parser.error(f"--pace must be 0 or more and --idle more than 0 seconds, got "
+                     f"{args.pace} and {args.idle}")
+    if args.order == "mirrored" and args.rounds > 1 and args.rounds % 2:
+        print(f"latency.py: {args.rounds} mirrored rounds: the first order runs once more "
+              "than the other (an even number balances them)", file=sys.stderr)
     for item in args.shoed_env:
         key, sep, value = item.partition("=")
         if not sep or not key:
             parser.error(f"--shoed-env expects KEY=VALUE, got {item!r}")
         SHOED_ENV[key] = value
+    global SUBSCRIBER
+    SUBSCRIBER = args.subscriber
     if args.profile is not None:
         global PROFILE
         PROFILE = args.profile.resolve()
@@ -378,8 +420,13 @@ async def main() -> None:
             if not cards:
                 continue
             rounds: dict[str, list[dict[str, Any]]] = {}
-            for _ in range(args.rounds):  # alternating, so that drift hits both alike
-                for target in args.targets.split(","):
+            targets = args.targets.split(",")
+            for number in range(args.rounds):  # alternating, so that drift hits both alike
+                # Mirrored (A B, B A, A B, ...): a machine that speeds up or slows down
+                # through the run favours no target. In the same order every round the
+                # first target of each round meets the machine earlier, every time.
+                mirror = args.order == "mirrored" and number % 2 == 1
+                for target in reversed(targets) if mirror else targets:
                     rounds.setdefault(target, []).append(await run_target(
                         target, max(1, cards // args.rounds), pace, broker))
             pooled_runs = [{"run": run, **pooled(r)} for r in rounds.values()]
