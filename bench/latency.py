@@ -38,14 +38,13 @@ import tempfile
 import time
 from typing import Any
 
-import aiomqtt
-
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from procfs import cpu_seconds, cpu_times, machine_busy_seconds, rss_kb, stop  # noqa: E402
 from quiet import ignore_closed_subscriber_writer  # noqa: E402
 from ready import idle_shoe, notify_socket, wait_ready  # noqa: E402
+from subscriber import take_events  # noqa: E402
 
 from firmware_protocol import Delivered  # noqa: E402
 from firmware_protocol.messages import Card  # noqa: E402
@@ -149,29 +148,9 @@ async def run_target(target: str, cards: int, pace: float, broker: PrivateMosqui
                      script=Script(pace_s=pace, shoes=shoes, cut_card_from_end=20))
     pty = PtyShoe(shoe, link_path=tmp / "shoe")
     pty.plug()
-    received: dict[int, float] = {}
+    received: list[float] = []  # each first card event's arrival, in order
     is_shoed = target in ("shoed", "baseline")
     topic = f"shoed/{TABLE}/events" if is_shoed else "floor/events"
-    count = 0
-
-    async def subscribe(ready: asyncio.Event) -> None:
-        nonlocal count
-        async with aiomqtt.Client("127.0.0.1", broker.port) as client:
-            await client.subscribe(topic, qos=1)
-            ready.set()
-            first_seen: set[tuple[str, int]] = set()
-            async for message in client.messages:
-                now = time.perf_counter()
-                event = json.loads(message.payload)  # type: ignore[arg-type]
-                if is_shoed:
-                    if event["type"] != "card" or event["card_index"] is None:
-                        continue
-                    key = (event["shoe_id"], event["card_index"])
-                    if key in first_seen:
-                        continue
-                    first_seen.add(key)
-                received[count] = now
-                count += 1
 
     if SUBSCRIBER == "process":  # the casino's system apart from the shoe
         sub_proc = subprocess.Popen(
@@ -184,7 +163,8 @@ async def run_target(target: str, cards: int, pace: float, broker: PrivateMosqui
             raise RuntimeError(f"the subscriber did not start (printed {line!r})")
     else:
         ready = asyncio.Event()
-        sub = asyncio.create_task(subscribe(ready))
+        sub = asyncio.create_task(take_events(broker.port, topic, "shoed" if is_shoed
+                                              else "floor", received, ready.set))
         await ready.wait()
     runner = None if warm else asyncio.create_task(pty.run())
     if is_shoed:
@@ -248,7 +228,7 @@ async def run_target(target: str, cards: int, pace: float, broker: PrivateMosqui
     if SUBSCRIBER == "process":
         sub_proc.send_signal(signal.SIGTERM)
         out, _ = await asyncio.to_thread(sub_proc.communicate)
-        received.update(enumerate(json.loads(out.decode().strip().splitlines()[-1])))
+        received += json.loads(out.decode().strip().splitlines()[-1])
     else:
         sub.cancel()
     pty.unplug()
@@ -256,7 +236,7 @@ async def run_target(target: str, cards: int, pace: float, broker: PrivateMosqui
               if s in shoe.sent and s in shoe.acked]
     to_event = []
     for i, seq in enumerate(shoe.card_seqs):
-        if seq in shoe.sent and i in received:
+        if seq in shoe.sent and i < len(received):
             to_event.append(received[i] - shoe.sent[seq])
     wall = time.time() - time.perf_counter()  # the shoe's times are perf_counter's
     return {"target": target, "cards_sent": sent_cards, "elapsed_s": round(elapsed, 2),

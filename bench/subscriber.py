@@ -17,33 +17,38 @@ import json
 import signal
 import sys
 import time
+from collections.abc import Callable
 
 import aiomqtt
+
+
+async def take_events(port: int, topic: str, kind: str, received: list[float],
+                      subscribed: Callable[[], None]) -> None:
+    """Subscribe, call `subscribed`, then append each first card event's arrival time to
+    `received` until cancelled (bench/latency.py runs this in its own loop by default)."""
+    async with aiomqtt.Client("127.0.0.1", port) as client:
+        await client.subscribe(topic, qos=1)
+        subscribed()
+        first_seen: set[tuple[str, int]] = set()
+        async for message in client.messages:
+            now = time.perf_counter()
+            event = json.loads(message.payload)  # type: ignore[arg-type]
+            if kind == "shoed":
+                if event["type"] != "card" or event["card_index"] is None:
+                    continue
+                key = (event["shoe_id"], event["card_index"])
+                if key in first_seen:
+                    continue
+                first_seen.add(key)
+            received.append(now)
 
 
 async def main(port: int, topic: str, kind: str) -> None:
     received: list[float] = []
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-
-    async def subscribe() -> None:
-        async with aiomqtt.Client("127.0.0.1", port) as client:
-            await client.subscribe(topic, qos=1)
-            print("ready", flush=True)
-            first_seen: set[tuple[str, int]] = set()
-            async for message in client.messages:
-                now = time.perf_counter()
-                event = json.loads(message.payload)  # type: ignore[arg-type]
-                if kind == "shoed":
-                    if event["type"] != "card" or event["card_index"] is None:
-                        continue
-                    key = (event["shoe_id"], event["card_index"])
-                    if key in first_seen:
-                        continue
-                    first_seen.add(key)
-                received.append(now)
-
-    task = asyncio.create_task(subscribe())
+    task = asyncio.create_task(take_events(port, topic, kind, received,
+                                           lambda: print("ready", flush=True)))
     stopped = asyncio.create_task(stop.wait())
     await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
     task.cancel()
