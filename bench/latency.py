@@ -151,11 +151,12 @@ async def run_target(target: str, cards: int, pace: float, broker: PrivateMosqui
     received: list[float] = []  # each first card event's arrival, in order
     is_shoed = target in ("shoed", "baseline")
     topic = f"shoed/{TABLE}/events" if is_shoed else "floor/events"
+    kind = "shoed" if is_shoed else "floor"  # which events the subscriber counts
 
     if SUBSCRIBER == "process":  # the casino's system apart from the shoe
         sub_proc = subprocess.Popen(
             [sys.executable, str(ROOT / "bench" / "subscriber.py"), str(broker.port), topic,
-             "shoed" if is_shoed else "floor"], stdout=subprocess.PIPE)
+             kind], stdout=subprocess.PIPE)
         assert sub_proc.stdout is not None
         line = await asyncio.to_thread(sub_proc.stdout.readline)
         if not line.startswith(b"ready"):
@@ -163,8 +164,7 @@ async def run_target(target: str, cards: int, pace: float, broker: PrivateMosqui
             raise RuntimeError(f"the subscriber did not start (printed {line!r})")
     else:
         ready = asyncio.Event()
-        sub = asyncio.create_task(take_events(broker.port, topic, "shoed" if is_shoed
-                                              else "floor", received, ready.set))
+        sub = asyncio.create_task(take_events(broker.port, topic, kind, received, ready.set))
         await ready.wait()
     runner = None if warm else asyncio.create_task(pty.run())
     if is_shoed:
@@ -228,6 +228,9 @@ async def run_target(target: str, cards: int, pace: float, broker: PrivateMosqui
     if SUBSCRIBER == "process":
         sub_proc.send_signal(signal.SIGTERM)
         out, _ = await asyncio.to_thread(sub_proc.communicate)
+        if sub_proc.returncode != 0:  # e.g. its connection to the broker failed
+            raise RuntimeError(f"the subscriber failed (exit {sub_proc.returncode}); "
+                               f"it printed {out[-200:]!r}")
         received += json.loads(out.decode().strip().splitlines()[-1])
     else:
         sub.cancel()
@@ -361,13 +364,13 @@ async def main() -> None:
     parser.add_argument("--profile", type=pathlib.Path, default=None,
                         help="run shoed under cProfile, statistics written here")
     args = parser.parse_args()
-    for name in ("cards", "throughput", "rounds"):
-        if getattr(args, name) < (1 if name == "rounds" else 0):
-            parser.error(f"--{name} must be at least {1 if name == 'rounds' else 0}, "
-                         f"got {getattr(args, name)}")
-    if not args.pace >= 0 or not args.idle > 0:
-        parser.error(f"--pace must be 0 or more and --idle more than 0 seconds, got "
-                     f"{args.pace} and {args.idle}")
+    for name, least in (("cards", 0), ("throughput", 0), ("rounds", 1)):
+        if getattr(args, name) < least:
+            parser.error(f"--{name} must be at least {least}, got {getattr(args, name)}")
+    if not args.pace >= 0:  # NaN too
+        parser.error(f"--pace must be 0 or more seconds, got {args.pace}")
+    if not args.idle > 0:
+        parser.error(f"--idle must be more than 0 seconds, got {args.idle}")
     if args.order == "mirrored" and args.rounds > 1 and args.rounds % 2:
         print(f"latency.py: {args.rounds} mirrored rounds: the first order runs once more "
               "than the other (an even number balances them)", file=sys.stderr)

@@ -51,9 +51,9 @@ async def main(port: int, topic: str, kind: str) -> None:
                                            lambda: print("ready", flush=True)))
     stopped = asyncio.create_task(stop.wait())
     await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    if task.done():
+        task.result()  # it ends only by an error (the broker's connection): raise it
     task.cancel()
-    if task.done() and not task.cancelled() and task.exception() is not None:
-        raise task.exception()  # type: ignore[misc]
     print(json.dumps(received), flush=True)
 
 
