@@ -41,7 +41,14 @@ from typing import Any
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from procfs import cpu_seconds, cpu_times, machine_busy_seconds, rss_kb, stop  # noqa: E402
+from procfs import (  # noqa: E402
+    cpu_seconds,
+    cpu_times,
+    machine_busy_seconds,
+    machine_steal_seconds,
+    rss_kb,
+    stop,
+)
 from quiet import ignore_closed_subscriber_writer  # noqa: E402
 from ready import idle_shoe, notify_socket, wait_ready  # noqa: E402
 from subscriber import take_events  # noqa: E402
@@ -90,6 +97,8 @@ JOURNAL: pathlib.Path | None = None  # --journal: shoed starts on a copy of this
 # --shoed-env KEY=VALUE: set for the target "shoed" only (a setting to compare against the
 # same tree as "baseline", e.g. SHOED_DAEMON__EVENT_LOOP=uvloop with --baseline .)
 SHOED_ENV: dict[str, str] = {}
+# A round whose machine lost more than this share of its CPUs to the hypervisor is named.
+STEAL_WARN_PCT = 2.0
 # --subscriber: "bench" takes the events in the bench's own process, beside the simulated
 # shoe (one loop: the shoe's handling of the host's frames and the events' arrival wait
 # for each other); "process" in bench/subscriber.py, a process of its own, as the casino's
@@ -211,6 +220,7 @@ async def run_target(target: str, cards: int, pace: float, broker: PrivateMosqui
     started = time.perf_counter()
     cpu_before = cpu_times(proc.pid)  # the run's CPU, not the start's
     machine_before = machine_busy_seconds()
+    steal_before = machine_steal_seconds()
     if runner is None:
         runner = asyncio.create_task(pty.run())
     deadline = started + cards * max(pace, 0.004) * 3 + 120
@@ -222,6 +232,8 @@ async def run_target(target: str, cards: int, pace: float, broker: PrivateMosqui
     user, system = (after - before for after, before in
                     zip(cpu_times(proc.pid), cpu_before, strict=True))
     machine = machine_busy_seconds() - machine_before
+    steal = machine_steal_seconds() - steal_before
+    steal_pct = 100 * steal / ((elapsed + 1.0) * (os.cpu_count() or 1))
     rss = rss_kb(proc.pid)
     stop(proc)
     runner.cancel()
@@ -252,7 +264,7 @@ async def run_target(target: str, cards: int, pace: float, broker: PrivateMosqui
             "log": str(tmp / "shoed.log") if is_shoed else None,
             "rss_kb_after": rss, "ready_s": round(ready_s, 3) if ready_s else None,
             "cpu_s": user + system, "cpu_user_s": user, "cpu_system_s": system,
-            "machine_cpu_s": machine}
+            "machine_cpu_s": machine, "steal_pct": round(steal_pct, 1)}
 
 
 def per_card(runs: list[dict[str, Any]], seconds: str) -> float:
@@ -283,6 +295,9 @@ def pooled(runs: list[dict[str, Any]]) -> dict[str, Any]:
             "cpu_system_ms_per_card": per_card(runs, "cpu_system_s"),
             # the whole machine's busy CPU (bench, broker and kernel workers included)
             "machine_cpu_ms_per_card": per_card(runs, "machine_cpu_s"),
+            # the share of the machine's CPUs its hypervisor took meanwhile (steal), per
+            # round: a round with much of it measured a contended host
+            "steal_pct_by_round": [r["steal_pct"] for r in runs],
             "ready_s": [r["ready_s"] for r in runs if r["ready_s"]]}
 
 
@@ -410,8 +425,13 @@ async def main() -> None:
                 # first target of each round meets the machine earlier, every time.
                 mirror = args.order == "mirrored" and number % 2 == 1
                 for target in reversed(targets) if mirror else targets:
-                    rounds.setdefault(target, []).append(await run_target(
-                        target, max(1, cards // args.rounds), pace, broker))
+                    result = await run_target(target, max(1, cards // args.rounds), pace,
+                                              broker)
+                    rounds.setdefault(target, []).append(result)
+                    if result["steal_pct"] > STEAL_WARN_PCT:
+                        print(f"latency.py: round {number + 1}, {target}: the hypervisor "
+                              f"took {result['steal_pct']}% of the machine's CPUs (steal); "
+                              "this round measured a contended host", file=sys.stderr)
             pooled_runs = [{"run": run, **pooled(r)} for r in rounds.values()]
             results += pooled_runs
             if run == "latency" and (shoed_over_floor := ratios(pooled_runs)):

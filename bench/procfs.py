@@ -34,6 +34,14 @@ def machine_busy_seconds() -> float:
     return (user + nice + system + irq + softirq + steal) / TICK
 
 
+def machine_steal_seconds() -> float:
+    """CPU time the hypervisor has taken from this machine's cores so far, all cores
+    (/proc/stat's steal: a virtual CPU that wanted to run and was not let to). A round
+    with much of it ran on a contended host: its milliseconds are the neighbours' too."""
+    fields = pathlib.Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    return int(fields[7]) / TICK
+
+
 def rss_kb(pid: int) -> int | None:
     """Resident set size in KiB (None when the process is gone)."""
     try:
