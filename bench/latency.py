@@ -233,7 +233,7 @@ async def run_target(target: str, cards: int, pace: float, broker: PrivateMosqui
                     zip(cpu_times(proc.pid), cpu_before, strict=True))
     machine = machine_busy_seconds() - machine_before
     steal = machine_steal_seconds() - steal_before
-    steal_pct = 100 * steal / ((elapsed + 1.0) * (os.cpu_count() or 1))
+    steal_pct = 100 * steal / ((time.perf_counter() - started) * (os.cpu_count() or 1))
     rss = rss_kb(proc.pid)
     stop(proc)
     runner.cancel()

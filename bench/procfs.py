@@ -29,8 +29,7 @@ def machine_busy_seconds() -> float:
     """CPU time the whole machine has spent busy so far, all cores (/proc/stat: user,
     nice, system, irq, softirq, steal): counts kernel workers too, which a process's own
     times do not (e.g. a sync the kernel runs for it in a worker thread)."""
-    fields = pathlib.Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
-    user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, fields[:8])
+    user, nice, system, _idle, _iowait, irq, softirq, steal = _machine_ticks()
     return (user + nice + system + irq + softirq + steal) / TICK
 
 
@@ -38,8 +37,14 @@ def machine_steal_seconds() -> float:
     """CPU time the hypervisor has taken from this machine's cores so far, all cores
     (/proc/stat's steal: a virtual CPU that wanted to run and was not let to). A round
     with much of it ran on a contended host: its milliseconds are the neighbours' too."""
+    return _machine_ticks()[7] / TICK
+
+
+def _machine_ticks() -> list[int]:
+    """/proc/stat's first line (all cores): user, nice, system, idle, iowait, irq,
+    softirq, steal, in clock ticks."""
     fields = pathlib.Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
-    return int(fields[7]) / TICK
+    return [int(field) for field in fields[:8]]
 
 
 def rss_kb(pid: int) -> int | None:
