@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import itertools
+import json
 import pathlib
 import time
 from collections.abc import Callable
@@ -23,7 +25,7 @@ from shoed.mqtt.service import IDLE_WAKE_S
 from shoed.sim.broker import PrivateMosquitto
 
 pytestmark = [pytest.mark.broker, pytest.mark.timeout(120)]
-PUBLISH, PUBACK = 3, 4
+CONNECT, PUBLISH, PUBACK = 1, 3, 4
 
 
 async def read_packet(stream: asyncio.StreamReader) -> tuple[bytes, int]:
@@ -42,12 +44,19 @@ async def read_packet(stream: asyncio.StreamReader) -> tuple[bytes, int]:
 
 
 class PubackThief:
-    def __init__(self, broker_port: int) -> None:
+    """Between the daemon and the broker: drops the PUBACK of the next QoS 1 PUBLISH on
+    the `armed` topic; holds every PUBACK for `hold_s` before passing it on; writes down,
+    in the order they pass, each QoS 1 PUBLISH (its topic and payload) and each PUBACK
+    passed on to the daemon (`wire`)."""
+
+    def __init__(self, broker_port: int, hold_s: float = 0.0) -> None:
         self.broker_port = broker_port
         self.port = 0
         self.armed: str | None = None
         self.dropped = 0
         self.stolen_at: float | None = None  # wall time the withheld PUBLISH passed
+        self.hold_s = hold_s
+        self.wire: list[tuple[str, int, str, bytes]] = []  # (kind, mid, topic, payload)
         self._server: asyncio.base_events.Server | None = None
 
     async def start(self) -> None:
@@ -64,13 +73,29 @@ class PubackThief:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.broker_port)
         stolen: set[int] = set()
+        v5 = False
 
         def to_broker(packet: bytes, start: int) -> bool:
-            if packet[0] >> 4 == PUBLISH and (packet[0] >> 1) & 3 and self.armed is not None:
+            nonlocal v5
+            if packet[0] >> 4 == CONNECT:
+                v5 = packet[start + 6] == 5  # after the protocol's name: its level
+            if packet[0] >> 4 == PUBLISH and (packet[0] >> 1) & 3:
                 size = int.from_bytes(packet[start:start + 2], "big")
                 topic = packet[start + 2:start + 2 + size].decode()
+                mid = int.from_bytes(packet[start + 2 + size:start + 4 + size], "big")
+                at = start + 4 + size
+                if v5:  # the properties: their length (a varint), then them
+                    length, shift = 0, 0
+                    while True:
+                        length |= (packet[at] & 0x7F) << shift
+                        shift += 7
+                        at += 1
+                        if not packet[at - 1] & 0x80:
+                            break
+                    at += length
+                self.wire.append(("publish", mid, topic, packet[at:]))
                 if topic == self.armed:
-                    stolen.add(int.from_bytes(packet[start + 2 + size:start + 4 + size], "big"))
+                    stolen.add(mid)
                     self.armed, self.stolen_at = None, time.time()
             return True
 
@@ -81,13 +106,16 @@ class PubackThief:
                     stolen.discard(mid)
                     self.dropped += 1
                     return False
+                self.wire.append(("puback", mid, "", b""))
             return True
 
         async def pump(source: asyncio.StreamReader, sink: asyncio.StreamWriter,
-                       keep: Callable[[bytes, int], bool]) -> None:
+                       keep: Callable[[bytes, int], bool], hold_s: float = 0.0) -> None:
             try:
                 while True:
                     packet, start = await read_packet(source)
+                    if hold_s and packet[0] >> 4 == PUBACK:
+                        await asyncio.sleep(hold_s)
                     if keep(packet, start):
                         sink.write(packet)
                         await sink.drain()
@@ -97,7 +125,7 @@ class PubackThief:
                 sink.close()
 
         await asyncio.gather(pump(reader, up_writer, to_broker),
-                             pump(up_reader, writer, to_daemon))
+                             pump(up_reader, writer, to_daemon, self.hold_s))
 
 
 def _wall(line: dict[str, object]) -> float:
@@ -178,3 +206,106 @@ def test_an_event_sent_at_once_whose_puback_is_withheld_is_sent_again_and_none_l
     # the withheld one came twice (at least once), with one event_id
     again = [e for e in collector.raw_events if e["seq"] == before + 1]
     assert len(again) == 2 and len({e["event_id"] for e in again}) == 1, again
+
+
+def _published(wire: list[tuple[str, int, str, bytes]], leaf: str) -> list[tuple[int, dict]]:
+    """(index on the wire, body) of each QoS 1 PUBLISH on shoed/T9/`leaf`."""
+    return [(i, json.loads(body)) for i, (kind, _, topic, body) in enumerate(wire)
+            if kind == "publish" and topic == f"shoed/T9/{leaf}"]
+
+
+def test_each_cards_state_follows_its_events_puback_on_the_wire(
+        tmp_path: pathlib.Path, broker: PrivateMosquitto) -> None:
+    """While cards are dealt, each card's `state` follows the PUBACK of its events
+    (mqtt-api.md: never before the events it reflects; decisions.md 147): a relay that
+    holds every PUBACK 20 ms, a card every 0.1 s from a one-deck shoe, sees, for every
+    `state`, the PUBACK of every event up to its seq pass before the `state` arrives (a
+    daemon that sent it on the event's PUBLISH alone would be caught by the hold), and a
+    `state` after every card (none left out or merged) once the start's backlog is out.
+    """
+
+    async def scenario() -> list[tuple[str, int, str, bytes]]:
+        thief = PubackThief(broker.port, hold_s=0.02)
+        await thief.start()
+        collector, collecting = await _collector(broker)
+        try:
+            with daemon(tmp_path, f"mqtt://127.0.0.1:{thief.port}") as d:
+                d.start_shoe(seed=5, pace=0.1)
+                d.start()
+                await wait_for(lambda: collector.of("shoe_ended"), 90, "the shoe dealt")
+                last = collector.of("shoe_ended")[-1]["seq"]
+                await wait_for(lambda: collector.retained.get("state", {}).get("seq", 0)
+                               >= last, 10, "the last state")
+                assert d.stop() == 0
+        finally:
+            await stop_tasks(collecting)
+            await thief.close()
+        return thief.wire
+
+    wire = asyncio.run(scenario())
+    acked = {mid: i for i, (kind, mid, _, _) in enumerate(wire) if kind == "puback"}
+    events = _published(wire, "events")
+    states = _published(wire, "state")
+    assert len([1 for _, body in events if body["type"] == "card"]) >= 30 and states
+    event_at = {body["seq"]: i for i, body in events}
+    mid_of = {wire[i][1]: body["seq"] for i, body in events}
+    puback_of_seq = {seq: acked[mid] for mid, seq in mid_of.items() if mid in acked}
+    for at, state in states:
+        for seq in range(1, state["seq"] + 1):
+            if seq in event_at:  # sent on this connection
+                assert puback_of_seq.get(seq, len(wire)) < at, (
+                    f"state seq {state['seq']} at {at} before the PUBACK of event {seq}")
+    state_seqs = sorted(body["seq"] for _, body in states)
+    # a card every 0.1 s leaves time for a hand's end (two events, `state`, `roads`:
+    # four holds); the backlog of the start (cards read while connecting) goes as one
+    # batch with one `state` (mqtt-api.md section 1: never before its events)
+    cards = sorted(body["seq"] for _, body in events
+                   if body["type"] == "card" and body["seq"] > state_seqs[0])
+    assert len(cards) >= 25, cards
+    for card, after in itertools.pairwise(cards):
+        assert any(card <= s < after for s in state_seqs), (card, after, state_seqs[:20])
+
+
+def test_a_cards_state_whose_puback_is_withheld_mid_shoe_is_noticed_and_none_lost(
+        tmp_path: pathlib.Path, broker: PrivateMosquitto) -> None:
+    """The broker takes a card's `state` (sent after its event's PUBACK and not awaited
+    by the publisher, docs/performance.md, round two) and never says so, ten cards into
+    a one-deck shoe, while cards keep coming: the next card's event waits for that
+    PUBACK, the connection is counted as broken publish_timeout_s later, and after the
+    reconnect every event arrives, in order, none missing."""
+    timeout_s = 1.0
+
+    async def scenario() -> None:
+        thief = PubackThief(broker.port)
+        await thief.start()
+        collector, collecting = await _collector(broker)
+        try:
+            with daemon(tmp_path, f"mqtt://127.0.0.1:{thief.port}",
+                        mqtt={"publish_timeout_s": timeout_s}) as d:
+                d.start_shoe(seed=5, pace=0.05)
+                d.start()
+                await wait_for(lambda: len(collector.of("card")) >= 10, 60, "10 cards")
+                thief.arm("shoed/T9/state")
+                await wait_for(lambda: thief.dropped == 1, 10, "a state's PUBACK withheld")
+                await wait_for(lambda: d.logged("mqtt_disconnected"), timeout_s + 5,
+                               "the daemon to notice")
+                dropped = d.logged("mqtt_disconnected")[0]
+                assert f"no PUBACK within {timeout_s:g} s" in str(dropped["error"])
+                assert thief.stolen_at is not None
+                assert _wall(dropped) - thief.stolen_at <= timeout_s + 1.0
+                await wait_for(lambda: len(d.logged("mqtt_connected")) >= 2, 15,
+                               "the daemon connected again")
+                await wait_for(lambda: collector.of("shoe_ended"), 90, "the shoe dealt")
+                last = collector.of("shoe_ended")[-1]["seq"]
+                await wait_for(lambda: collector.retained.get("state", {}).get("seq", 0)
+                               >= last, 10, "the last state")
+                await wait_for(lambda: len(collector.events) >= last, 10, "every event")
+                assert d.stop() == 0
+            # every event once, in order, the shoe's end and what follows it included
+            seqs = [e["seq"] for e in collector.events]
+            assert seqs == list(range(1, len(seqs) + 1)) and seqs[-1] >= last, seqs[-5:]
+        finally:
+            await stop_tasks(collecting)
+            await thief.close()
+
+    asyncio.run(scenario())
