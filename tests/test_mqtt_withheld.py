@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 import pytest
 from kit import stop_tasks
+from proc import DaemonProcess
 from rig import Collector, wait_for
 from test_supervision import _collector, daemon
 
@@ -132,6 +133,22 @@ def _wall(line: dict[str, object]) -> float:
     return dt.datetime.fromisoformat(str(line["timestamp"]).replace("Z", "+00:00")).timestamp()
 
 
+async def _noticed_and_back(d: DaemonProcess, thief: PubackThief, timeout_s: float,
+                            notice_within_s: float, connects: int) -> None:
+    """The daemon `d` counts the connection broken, naming publish_timeout_s, within
+    `notice_within_s` (and a second's slack) of the PUBLISH whose PUBACK `thief` withheld,
+    and connects again (more than `connects` connections logged)."""
+    await wait_for(lambda: d.logged("mqtt_disconnected"), notice_within_s + 5,
+                   "the daemon to notice")
+    dropped = d.logged("mqtt_disconnected")[0]
+    assert f"no PUBACK within {timeout_s:g} s" in str(dropped["error"])
+    assert thief.stolen_at is not None
+    noticed = _wall(dropped) - thief.stolen_at
+    assert noticed <= notice_within_s + 1.0, noticed
+    await wait_for(lambda: len(d.logged("mqtt_connected")) > connects, 15,
+                   "the daemon connected again")
+
+
 async def _withhold_after_idle(tmp_path: pathlib.Path, broker: PrivateMosquitto,
                                topic: str, notice_within_s: float, timeout_s: float
                                ) -> tuple[Collector, int]:
@@ -158,15 +175,7 @@ async def _withhold_after_idle(tmp_path: pathlib.Path, broker: PrivateMosquitto,
                                            "command": "new_shoe", "operator": "pit"})
             assert answer["ok"], answer
             await wait_for(lambda: thief.dropped == 1, 10, f"the PUBACK on {topic} withheld")
-            await wait_for(lambda: d.logged("mqtt_disconnected"), notice_within_s + 5,
-                           "the daemon to notice")
-            dropped = d.logged("mqtt_disconnected")[0]
-            assert f"no PUBACK within {timeout_s:g} s" in str(dropped["error"])
-            assert thief.stolen_at is not None
-            noticed = _wall(dropped) - thief.stolen_at
-            assert noticed <= notice_within_s + 1.0, noticed
-            await wait_for(lambda: len(d.logged("mqtt_connected")) > connects, 15,
-                           "the daemon connected again")
+            await _noticed_and_back(d, thief, timeout_s, notice_within_s, connects)
             # Nothing lost or reordered: every event, the new shoe's included, once.
             started = collector.of("shoe_started")[-1]["seq"]
             await wait_for(lambda: collector.retained.get("state", {}).get("seq", 0)
@@ -247,12 +256,12 @@ def test_each_cards_state_follows_its_events_puback_on_the_wire(
     events = _published(wire, "events")
     states = _published(wire, "state")
     assert len([1 for _, body in events if body["type"] == "card"]) >= 30 and states
-    event_at = {body["seq"]: i for i, body in events}
     mid_of = {wire[i][1]: body["seq"] for i, body in events}
+    sent = set(mid_of.values())
     puback_of_seq = {seq: acked[mid] for mid, seq in mid_of.items() if mid in acked}
     for at, state in states:
         for seq in range(1, state["seq"] + 1):
-            if seq in event_at:  # sent on this connection
+            if seq in sent:  # sent on this connection
                 assert puback_of_seq.get(seq, len(wire)) < at, (
                     f"state seq {state['seq']} at {at} before the PUBACK of event {seq}")
     state_seqs = sorted(body["seq"] for _, body in states)
@@ -285,16 +294,10 @@ def test_a_cards_state_whose_puback_is_withheld_mid_shoe_is_noticed_and_none_los
                 d.start_shoe(seed=5, pace=0.05)
                 d.start()
                 await wait_for(lambda: len(collector.of("card")) >= 10, 60, "10 cards")
+                connects = len(d.logged("mqtt_connected"))
                 thief.arm("shoed/T9/state")
                 await wait_for(lambda: thief.dropped == 1, 10, "a state's PUBACK withheld")
-                await wait_for(lambda: d.logged("mqtt_disconnected"), timeout_s + 5,
-                               "the daemon to notice")
-                dropped = d.logged("mqtt_disconnected")[0]
-                assert f"no PUBACK within {timeout_s:g} s" in str(dropped["error"])
-                assert thief.stolen_at is not None
-                assert _wall(dropped) - thief.stolen_at <= timeout_s + 1.0
-                await wait_for(lambda: len(d.logged("mqtt_connected")) >= 2, 15,
-                               "the daemon connected again")
+                await _noticed_and_back(d, thief, timeout_s, timeout_s, connects)
                 await wait_for(lambda: collector.of("shoe_ended"), 90, "the shoe dealt")
                 last = collector.of("shoe_ended")[-1]["seq"]
                 await wait_for(lambda: collector.retained.get("state", {}).get("seq", 0)
