@@ -12,6 +12,8 @@
         --baseline . --shoed-env SHOED_DAEMON__EVENT_LOOP=uvloop  # a setting against the default
     .venv/bin/python bench/latency.py --cards 1000 --targets shoed --journal /tmp/big
                                           # on a copy of a grown journal (grow_journal.py)
+    .venv/bin/python bench/latency.py --cards 400 --rounds 2 --targets shoed,baseline \
+        --baseline ../old-checkout --callgrind     # instructions per card (valgrind)
 
 Card-to-ACK: a CARD frame written to the pty -> its ACK read back. Card-to-event: the
 same frame -> the `card` event received by a subscriber on a local Mosquitto. Durability
@@ -19,6 +21,15 @@ is on (shoed: SQLite WAL synchronous=FULL; floor: write + fsync). Each card is s
 when the previous one is ACKed and 20 ms have passed, so no sample waits in a queue.
 The targets take turns in rounds (`--rounds`), their order reversed every other round
 (`--order mirrored`, the default; `same` keeps one order, as before 2026-12-04).
+
+`--callgrind` runs each host under valgrind's callgrind and counts the instructions it
+executes from its first card to its last, per card (`instructions_per_card`): the same
+code dealt the same cards gives the same count within a fraction of a per cent, whatever
+else the machine does, where CPU time moves ±10-15 % between rounds on a shared VM. It
+counts work, not time: a cache miss costs no more than a hit, and the host runs ~70
+times slower, so time-driven work (the effect write's coalescing, timers) happens once
+a card more often than at full speed, alike for both trees. Latencies of such a run
+mean nothing.
 """
 
 from __future__ import annotations
@@ -97,6 +108,9 @@ JOURNAL: pathlib.Path | None = None  # --journal: shoed starts on a copy of this
 # --shoed-env KEY=VALUE: set for the target "shoed" only (a setting to compare against the
 # same tree as "baseline", e.g. SHOED_DAEMON__EVENT_LOOP=uvloop with --baseline .)
 SHOED_ENV: dict[str, str] = {}
+# --callgrind: every host under valgrind's callgrind, its instructions per card counted.
+CALLGRIND = False
+CALLGRIND_SLOWDOWN = 100  # how much longer a start, a connect and the dealing may take
 # A round whose machine lost more than this share of its CPUs to the hypervisor is named.
 STEAL_WARN_PCT = 2.0
 # --subscriber: "bench" takes the events in the bench's own process, beside the simulated
@@ -120,6 +134,34 @@ def shoed_command(target: str) -> tuple[list[str], pathlib.Path | None]:
 def pin_host() -> None:
     if HOST_CPUS is not None:
         os.sched_setaffinity(0, HOST_CPUS)
+
+
+def callgrind_prefix(tmp: pathlib.Path) -> list[str]:
+    """valgrind's callgrind in front of a host's command (--callgrind); its counts are
+    zeroed at the first card and dumped after the last (callgrind_control)."""
+    if not CALLGRIND:
+        return []
+    return ["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp / 'callgrind.out'}"]
+
+
+def callgrind_control(*args: str | subprocess.Popen[bytes]) -> None:
+    words = [str(a.pid) if isinstance(a, subprocess.Popen) else a for a in args]
+    done = subprocess.run(["callgrind_control", *words], capture_output=True, text=True,
+                          timeout=120)
+    if done.returncode != 0:
+        raise RuntimeError(f"callgrind_control {' '.join(words)} failed: "
+                           f"{done.stdout}{done.stderr}")
+
+
+def callgrind_total(tmp: pathlib.Path) -> int:
+    """The instructions counted in the dumps callgrind_control -d asked for (its
+    `totals:` lines; not the one a host's stop writes)."""
+    total = 0
+    for dump in sorted(tmp.glob("callgrind.out*")):
+        lines = dump.read_text(errors="replace").splitlines()
+        if "desc: Trigger: dump" in lines:
+            total += sum(int(line.split()[1]) for line in lines if line.startswith("totals:"))
+    return total
 
 
 def pct(values: list[float], q: float) -> float:
@@ -151,6 +193,7 @@ async def run_target(target: str, cards: int, pace: float, broker: PrivateMosqui
     counted from there: neither host's start (interpreter, imports, connect) is charged
     to its cards. Not warm: the shoe deals from the start (prune_cards.py)."""
     tmp = pathlib.Path(tempfile.mkdtemp(prefix=f"bench-{target}-"))
+    slow = CALLGRIND_SLOWDOWN if CALLGRIND else 1
     loop = asyncio.get_running_loop()
     shoes = max(1, cards // (decks * 52 - 30) + 1)
     shoe = TimedShoe(decks=decks, seed=1, now=loop.time(),
@@ -188,24 +231,26 @@ async def run_target(target: str, cards: int, pace: float, broker: PrivateMosqui
             os.sync()
         start = time.perf_counter()
         command, cwd = shoed_command(target)
+        command = callgrind_prefix(tmp) + command
         extra = SHOED_ENV if target == "shoed" else {}
         proc = subprocess.Popen([*command, "run", "--config", str(config)], cwd=cwd,
                                 env=dict(os.environ, NOTIFY_SOCKET=str(notify), **extra),
                                 preexec_fn=pin_host,
                                 stdout=open(tmp / "shoed.log", "wb"),  # noqa: SIM115
                                 stderr=subprocess.STDOUT)
-        ready_s = await wait_ready(sock, proc, start, 30, 0.005)
+        ready_s = await wait_ready(sock, proc, start, 30 * slow, 0.005)
         if warm:  # after READY: the first connection to the broker
             log = tmp / "shoed.log"
-            deadline = time.perf_counter() + 30
+            deadline = time.perf_counter() + 30 * slow
             while b'"mqtt_connected"' not in log.read_bytes():
                 if time.perf_counter() > deadline or proc.poll() is not None:
                     stop(proc)
                     raise RuntimeError(f"{target} did not connect to the broker within "
-                                       f"30 s; its log: {log}")
+                                       f"{30 * slow} s; its log: {log}")
                 await asyncio.sleep(0.01)
     else:
-        proc = subprocess.Popen([sys.executable, str(ROOT / "bench" / "floor_relay.py"),
+        proc = subprocess.Popen([*callgrind_prefix(tmp), sys.executable,
+                                 str(ROOT / "bench" / "floor_relay.py"),
                                  str(tmp / "shoe"), str(broker.port), str(tmp / "floor.log")],
                                 stdout=subprocess.PIPE, preexec_fn=pin_host)
         ready_s = None
@@ -213,17 +258,21 @@ async def run_target(target: str, cards: int, pace: float, broker: PrivateMosqui
             assert proc.stdout is not None
             line = b""
             with contextlib.suppress(TimeoutError):
-                line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), 30)
+                line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline),
+                                              30 * slow)
             if not line.startswith(b"ready"):
                 stop(proc)  # its stdout closes, and the reading thread ends with it
-                raise RuntimeError(f"the floor did not start within 30 s (printed {line!r})")
+                raise RuntimeError(f"the floor did not start within {30 * slow} s "
+                                   f"(printed {line!r})")
+    if CALLGRIND:
+        callgrind_control("-z", proc)  # counted from here, as the CPU is
     started = time.perf_counter()
     cpu_before = cpu_times(proc.pid)  # the run's CPU, not the start's
     machine_before = machine_busy_seconds()
     steal_before = machine_steal_seconds()
     if runner is None:
         runner = asyncio.create_task(pty.run())
-    deadline = started + cards * max(pace, 0.004) * 3 + 120
+    deadline = started + (cards * max(pace, 0.004) * 3 + 120) * slow
     while len(shoe.card_seqs) < cards and time.perf_counter() < deadline:
         await asyncio.sleep(0.05)
     sent_cards = len(shoe.card_seqs)
@@ -235,7 +284,11 @@ async def run_target(target: str, cards: int, pace: float, broker: PrivateMosqui
     steal = machine_steal_seconds() - steal_before
     steal_pct = 100 * steal / ((time.perf_counter() - started) * (os.cpu_count() or 1))
     rss = rss_kb(proc.pid)
-    stop(proc)
+    instructions = None
+    if CALLGRIND:
+        callgrind_control("-d", proc)  # the counts since the zero, to a file of their own
+        instructions = callgrind_total(tmp)
+    stop(proc, timeout=10 * slow)
     runner.cancel()
     if SUBSCRIBER == "process":
         sub_proc.send_signal(signal.SIGTERM)
@@ -264,7 +317,8 @@ async def run_target(target: str, cards: int, pace: float, broker: PrivateMosqui
             "log": str(tmp / "shoed.log") if is_shoed else None,
             "rss_kb_after": rss, "ready_s": round(ready_s, 3) if ready_s else None,
             "cpu_s": user + system, "cpu_user_s": user, "cpu_system_s": system,
-            "machine_cpu_s": machine, "steal_pct": round(steal_pct, 1)}
+            "machine_cpu_s": machine, "steal_pct": round(steal_pct, 1),
+            "instructions": instructions}
 
 
 def per_card(runs: list[dict[str, Any]], seconds: str) -> float:
@@ -298,6 +352,12 @@ def pooled(runs: list[dict[str, Any]]) -> dict[str, Any]:
             # the share of the machine's CPUs its hypervisor took meanwhile (steal), per
             # round: a round with much of it measured a contended host
             "steal_pct_by_round": [r["steal_pct"] for r in runs],
+            # --callgrind: instructions from the first card to the last, per card sent
+            **({"instructions_per_card": round(sum(r["instructions"] for r in runs)
+                                               / max(1, sum(r["cards_sent"] for r in runs))),
+                "instructions_per_card_by_round": [
+                    round(r["instructions"] / max(1, r["cards_sent"])) for r in runs]}
+               if all(r["instructions"] is not None for r in runs) else {}),
             "ready_s": [r["ready_s"] for r in runs if r["ready_s"]]}
 
 
@@ -311,15 +371,20 @@ def ratios(results: list[dict[str, Any]], over: str = "floor") -> dict[str, floa
     for figure, name in (("cpu_ms_per_card", "cpu_per_card"),
                          ("cpu_user_ms_per_card", "cpu_user_per_card"),
                          ("cpu_system_ms_per_card", "cpu_system_per_card"),
-                         ("machine_cpu_ms_per_card", "machine_cpu_per_card")):
-        if by[over].get(figure):
-            out[name] = round(by["shoed"][figure] / by[over][figure], 2)
+                         ("machine_cpu_ms_per_card", "machine_cpu_per_card"),
+                         ("instructions_per_card", "instructions_per_card")):
+        if by[over].get(figure) and by["shoed"].get(figure):
+            # instructions are counted, not timed: a third decimal means something
+            digits = 3 if figure == "instructions_per_card" else 2
+            out[name] = round(by["shoed"][figure] / by[over][figure], digits)
     # Round by round (the targets alternate, so a round's pair shares the machine's drift):
     # the spread says how far one run's pooled ratio can be trusted.
     for figure, name in (("cpu_ms_per_card_by_round", "cpu_per_card_by_round"),
-                         ("card_to_event_p50_by_round_ms", "card_to_event_p50_by_round")):
+                         ("card_to_event_p50_by_round_ms", "card_to_event_p50_by_round"),
+                         ("instructions_per_card_by_round", "instructions_per_card_by_round")):
         pairs = zip(by["shoed"].get(figure, []), by[over].get(figure, []), strict=False)
-        out[name] = [round(a / b, 2) for a, b in pairs if b]
+        digits = 3 if name == "instructions_per_card_by_round" else 2
+        out[name] = [round(a / b, digits) for a, b in pairs if b]
     return out
 
 
@@ -378,6 +443,9 @@ async def main() -> None:
                              "shoe) or in a process of their own (bench/subscriber.py)")
     parser.add_argument("--profile", type=pathlib.Path, default=None,
                         help="run shoed under cProfile, statistics written here")
+    parser.add_argument("--callgrind", action="store_true",
+                        help="every host under valgrind's callgrind: instructions per card "
+                             "(deterministic; ~70x slower, so a few hundred cards)")
     args = parser.parse_args()
     for name, least in (("cards", 0), ("throughput", 0), ("rounds", 1)):
         if getattr(args, name) < least:
@@ -394,8 +462,18 @@ async def main() -> None:
         if not sep or not key:
             parser.error(f"--shoed-env expects KEY=VALUE, got {item!r}")
         SHOED_ENV[key] = value
-    global SUBSCRIBER
+    global SUBSCRIBER, CALLGRIND
     SUBSCRIBER = args.subscriber
+    if args.callgrind:
+        if args.profile is not None:
+            parser.error("--callgrind and --profile each run the host under a tool: "
+                         "choose one")
+        if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+            parser.error("--callgrind needs valgrind and callgrind_control "
+                         "(Debian: apt-get install valgrind)")
+        CALLGRIND = True
+        # The hosts' dicts and sets laid out alike in every run (it is read at their start).
+        os.environ["PYTHONHASHSEED"] = "0"
     if args.profile is not None:
         global PROFILE
         PROFILE = args.profile.resolve()
