@@ -322,3 +322,204 @@ def test_a_buffered_client_reads_a_burst_and_a_large_message_whole(broker) -> No
     assert recvs < 100  # ... and the socket was read fewer times than PUBACKs came
     assert got[:100] == [f"{i}".encode() for i in range(100)]
     assert got[100] == big and got[101] == b"after"
+
+
+class _ReadingPaho:
+    """A paho that reads as paho does (type byte, one length byte, body) and hands each
+    packet to its own handler; a PUBACK of its own is counted there."""
+
+    def __init__(self, protocol: int = 5) -> None:
+        import threading
+
+        self._sock = _ChunkSock()
+        self._protocol = protocol
+        self._in_packet: dict[str, int] = {"command": 0}
+        self._msgtime_mutex = threading.Lock()
+        self._last_bytes_received = 0.0
+        self.packets: list[bytes] = []  # what paho's own reading handled
+
+    def socket(self) -> _ChunkSock:
+        return self._sock
+
+    def _sock_recv(self, size: int) -> bytes:
+        return self._sock.recv(size)
+
+    def loop_read(self, max_packets: int = 1) -> int:
+        try:
+            header = self._sock_recv(1)
+            if not header:
+                return 7  # paho: connection lost
+            self._in_packet = {"command": header[0]}
+            length = self._sock_recv(1)[0]
+            body = b""
+            while len(body) < length:
+                body += self._sock_recv(length - len(body))
+        except BlockingIOError:
+            return 0
+        except OSError:
+            return 7
+        self.packets.append(header + body)
+        self._in_packet = {"command": 0}
+        return 0
+
+
+class _ChunkSock:
+    def __init__(self) -> None:
+        self.chunks: list[bytes | BaseException] = []
+        self.reads = 0
+
+    def recv(self, size: int) -> bytes:
+        self.reads += 1
+        if not self.chunks:
+            raise BlockingIOError
+        chunk = self.chunks.pop(0)
+        if isinstance(chunk, BaseException):
+            raise chunk
+        return chunk
+
+
+class _Lane:
+    def __init__(self, *mids: int) -> None:
+        self.mids = set(mids)
+        self.taken: list[int] = []
+
+    def acked(self, mid: int) -> bool:
+        if mid not in self.mids:
+            return False
+        self.mids.discard(mid)
+        self.taken.append(mid)
+        return True
+
+
+def _buffered(protocol: int = 5) -> _ReadingPaho:
+    from shoed.mqtt.reads import read_buffered
+
+    class Client:
+        def __init__(self) -> None:
+            self._client = _ReadingPaho(protocol)
+
+    client = Client()
+    assert read_buffered(client)  # type: ignore[arg-type]
+    return client._client
+
+
+def test_the_lanes_plain_pubacks_are_taken_without_pahos_read() -> None:
+    """While a window's message awaits its PUBACK, what one recv(2) brought is taken
+    from the front as long as it is plain PUBACKs of the lane's packet ids: paho reads
+    none of them, its keepalive clock still moves. Whatever follows (a PUBLISH, a
+    PUBACK of paho's own message, one with a failure reason or properties, a PUBACK
+    split over two arrivals) is left to paho's reading, whole and in order."""
+    paho = _buffered()
+    paho._shoed_lane = lane = _Lane(1, 2, 3, 4, 5, 6, 7)  # type: ignore[attr-defined]
+    sock = paho._sock
+    # Two of the lane's, plain (MQTT 5: bare, and with "no matching subscribers").
+    sock.chunks = [b"\x40\x02\x00\x01\x40\x03\x00\x02\x10"]
+    assert paho.loop_read() == 0
+    assert lane.taken == [1, 2] and paho.packets == [] and sock.reads == 1
+    assert paho._last_bytes_received > 0
+    # One of the lane's, then a command's PUBLISH: the PUBLISH goes to paho.
+    sock.chunks = [b"\x40\x04\x00\x03\x00\x00\x32\x03abc"]
+    assert paho.loop_read() == 0
+    assert lane.taken == [1, 2, 3] and paho.packets == [b"\x32abc"]
+    # paho's own message's PUBACK first: it and everything after it are paho's.
+    sock.chunks = [b"\x40\x02\x00\x63\x40\x02\x00\x04"]
+    assert paho.loop_read() == 0
+    assert lane.taken == [1, 2, 3] and paho.packets[-2:] == [b"\x40\x00\x63", b"\x40\x00\x04"]
+    # A failure reason (0x87, not authorized) or properties: paho decodes those.
+    sock.chunks = [b"\x40\x03\x00\x05\x87", b"\x40\x04\x00\x06\x00\x01"]
+    assert paho.loop_read() == 0
+    assert paho.loop_read() == 0
+    assert paho.packets[-2:] == [b"\x40\x00\x05\x87", b"\x40\x00\x06\x00\x01"]
+    # Split over two arrivals: nothing taken here, paho reads it whole.
+    sock.chunks = [b"\x40\x02", b"\x00\x07"]
+    assert paho.loop_read() == 0
+    assert paho.packets[-1] == b"\x40\x00\x07" and 7 not in lane.taken
+
+
+def test_the_fast_read_leaves_a_closed_or_failed_connection_to_paho() -> None:
+    """Nothing there (BlockingIOError): nothing read by paho either. The connection
+    closed (b"") or failed (an OSError): paho's own read meets exactly that and
+    reports the loss as always. No lane message awaited: paho reads as before."""
+    paho = _buffered()
+    paho._shoed_lane = lane = _Lane(1)  # type: ignore[attr-defined]
+    sock = paho._sock
+    assert paho.loop_read() == 0 and paho.packets == [] and sock.reads == 1
+    sock.chunks = [ConnectionResetError(104, "reset")]
+    assert paho.loop_read() == 7 and sock.reads == 2  # paho got the one error, no re-read
+    sock.chunks = [b"", b""]  # a closed socket reads b"" every time
+    assert paho.loop_read() == 7
+    lane.mids.clear()
+    sock.chunks, sock.reads = [b"\x40\x02\x00\x01"], 0
+    assert paho.loop_read() == 0 and paho.packets == [b"\x40\x00\x01"]
+    assert lane.taken == []
+
+
+def test_under_mqtt311_only_the_two_byte_puback_is_plain() -> None:
+    paho = _buffered(protocol=4)
+    paho._shoed_lane = lane = _Lane(1, 2)  # type: ignore[attr-defined]
+    paho._sock.chunks = [b"\x40\x02\x00\x01\x40\x03\x00\x02\x00"]
+    assert paho.loop_read() == 0
+    assert lane.taken == [1] and paho.packets == [b"\x40\x00\x02\x00"]
+
+
+@pytest.mark.parametrize("protocol", [aiomqtt.ProtocolVersion.V5,
+                                      aiomqtt.ProtocolVersion.V311], ids=["mqtt5", "mqtt311"])
+def test_a_windows_pubacks_from_mosquitto_skip_pahos_read(broker, protocol) -> None:
+    """Against a real Mosquitto, a window of one (the live publisher's) and of twenty (a
+    replay's) with aiomqtt's own QoS 1 publishes between: every message arrives once, in
+    order; paho's reading handles only the PUBACKs of its own messages, the lane's are
+    taken by the buffered read (retained ones nobody subscribed to included: MQTT 5's
+    "no matching subscribers")."""
+    from shoed.mqtt.reads import read_buffered
+    from shoed.mqtt.window import PublishWindow
+
+    async def scenario() -> tuple[list[bytes], int]:
+        async with client_for(broker, protocol=protocol) as subscriber, \
+                client_for(broker, protocol=protocol) as client:
+            await subscriber.subscribe("fast/events", qos=1)
+            send_when_queued(client)
+            assert read_buffered(client)
+            paho = client._client
+            handle = paho._packet_handle
+            handled: list[int] = []
+
+            def counted() -> int:
+                handled.append(paho._in_packet["command"] & 0xF0)
+                return handle()
+
+            paho._packet_handle = counted
+            live = PublishWindow(client, 1, 5.0)
+            for i in range(40):
+                await live.publish("fast/events", f"{i}".encode(), None)
+                await live.publish("fast/unheard", b"{}", None, retain=True)
+                if i % 10 == 0:
+                    await client.publish("fast/events", f"p{i}".encode(), qos=1)
+            live.close()
+            replay = PublishWindow(client, 20, 5.0)
+            for i in range(200):
+                await replay.send("fast/events", f"r{i}".encode(), None)
+            await replay.drain()
+            replay.close()
+            got = await collect_payloads(subscriber, 40 + 4 + 200)
+            by_paho = handled.count(0x40)
+            await client.publish("fast/unheard", b"", qos=1, retain=True)  # cleared
+        return got, by_paho
+
+    got, pubacks_read_by_paho = asyncio.run(scenario())
+    expected = []
+    for i in range(40):
+        expected.append(f"{i}".encode())
+        if i % 10 == 0:
+            expected.append(f"p{i}".encode())
+    assert got == expected + [f"r{i}".encode() for i in range(200)]
+    assert pubacks_read_by_paho == 4  # aiomqtt's own four, none of the lane's 280
+
+
+async def collect_payloads(subscriber: aiomqtt.Client, count: int) -> list[bytes]:
+    got: list[bytes] = []
+    async with asyncio.timeout(20):
+        async for message in subscriber.messages:
+            got.append(bytes(message.payload))  # type: ignore[arg-type]
+            if len(got) == count:
+                break
+    return got

@@ -252,9 +252,15 @@ class DirectLane:
         if cmd == "PUBACK" and self.mids:
             in_packet = self.paho._in_packet
             mid = puback_mid(in_packet["command"], in_packet["packet"], self.paho._protocol)
-            if mid in self.mids:
-                self.mids.discard(mid)
-                for window in tuple(self.windows):
-                    window._acked(mid)
+            if self.acked(mid):
                 return MQTT_ERR_SUCCESS
         return self._handle_puback(cmd)
+
+    def acked(self, mid: int) -> bool:
+        """A PUBACK came for `mid`: True if it was one of ours (its windows are told)."""
+        if mid not in self.mids:
+            return False
+        self.mids.discard(mid)
+        for window in tuple(self.windows):
+            window._acked(mid)
+        return True
