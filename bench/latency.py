@@ -23,13 +23,13 @@ The targets take turns in rounds (`--rounds`), their order reversed every other 
 (`--order mirrored`, the default; `same` keeps one order, as before 2026-12-04).
 
 `--callgrind` runs each host under valgrind's callgrind and counts the instructions it
-executes from its first card to its last, per card (`instructions_per_card`): the same
-code dealt the same cards gives the same count within a fraction of a per cent, whatever
-else the machine does, where CPU time moves ±10-15 % between rounds on a shared VM. It
-counts work, not time: a cache miss costs no more than a hit, and the host runs ~70
-times slower, so time-driven work (the effect write's coalescing, timers) happens once
-a card more often than at full speed, alike for both trees. Latencies of such a run
-mean nothing.
+executes from its first card to its last, per card (`instructions_per_card`): the rounds
+of one run agree within a fraction of a per cent, whatever else the machine does, where
+CPU time moves ±10-15 % between rounds on a shared VM. It counts work, not time: a cache
+miss costs no more than a hit. The host runs ~10 times slower (its start ~70), so
+time-driven work (the effect write's coalescing, timers) happens at another rate than
+at full speed, and differently from run to run: compare trees within one run. Latencies
+of such a run mean nothing.
 """
 
 from __future__ import annotations
@@ -384,7 +384,8 @@ def ratios(results: list[dict[str, Any]], over: str = "floor") -> dict[str, floa
                          ("instructions_per_card_by_round", "instructions_per_card_by_round")):
         pairs = zip(by["shoed"].get(figure, []), by[over].get(figure, []), strict=False)
         digits = 3 if name == "instructions_per_card_by_round" else 2
-        out[name] = [round(a / b, digits) for a, b in pairs if b]
+        if by_round := [round(a / b, digits) for a, b in pairs if b]:
+            out[name] = by_round
     return out
 
 
@@ -445,7 +446,7 @@ async def main() -> None:
                         help="run shoed under cProfile, statistics written here")
     parser.add_argument("--callgrind", action="store_true",
                         help="every host under valgrind's callgrind: instructions per card "
-                             "(deterministic; ~70x slower, so a few hundred cards)")
+                             "(repeatable; ~10x slower: 1 000 cards a round take ~40 s)")
     args = parser.parse_args()
     for name, least in (("cards", 0), ("throughput", 0), ("rounds", 1)):
         if getattr(args, name) < least:

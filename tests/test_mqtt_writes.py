@@ -523,3 +523,27 @@ async def collect_payloads(subscriber: aiomqtt.Client, count: int) -> list[bytes
             if len(got) == count:
                 break
     return got
+
+
+def test_a_paho_without_the_fast_reads_parts_reads_every_packet_itself() -> None:
+    """A paho lacking a part the fast read stands on (here its keepalive clock's lock):
+    the buffered read is installed, and paho reads the lane's PUBACKs itself."""
+    from shoed.mqtt.reads import read_buffered
+
+    class Bare(_ReadingPaho):
+        def __getattribute__(self, name: str):  # type: ignore[no-untyped-def]
+            if name == "_msgtime_mutex":
+                raise AttributeError(name)
+            return super().__getattribute__(name)
+
+    class Client:
+        def __init__(self) -> None:
+            self._client = Bare()
+
+    client = Client()
+    assert read_buffered(client)  # type: ignore[arg-type]
+    bare = client._client
+    bare._shoed_lane = lane = _Lane(1)  # type: ignore[attr-defined]
+    bare._sock.chunks = [b"\x40\x02\x00\x01"]
+    assert bare.loop_read() == 0
+    assert bare.packets == [b"\x40\x00\x01"] and lane.taken == []

@@ -71,6 +71,9 @@ def read_buffered(client: aiomqtt.Client) -> bool:
     if getattr(original, "_shoed_buffered", False):
         return True
     held = _Buffered(sock)
+    # The parts of paho the fast read of a window's PUBACKs stands on (beside the lane's
+    # own, which window.DirectLane.install looks for): without them paho reads them all.
+    fast = all(hasattr(paho, name) for name in ("_in_packet", "_protocol", "_msgtime_mutex"))
 
     def sock_recv(bufsize: int) -> bytes:
         if held.error is not None:
@@ -89,7 +92,7 @@ def read_buffered(client: aiomqtt.Client) -> bool:
         return data[:bufsize]
 
     def loop_read(max_packets: int = 1) -> Any:
-        lane = paho.__dict__.get("_shoed_lane")
+        lane = paho.__dict__.get("_shoed_lane") if fast else None
         if lane is not None and lane.mids and not held and paho._sock is held.sock \
                 and paho._in_packet["command"] == 0:
             # A window's message awaits its PUBACK: what came is most likely that PUBACK
