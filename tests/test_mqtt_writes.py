@@ -426,10 +426,12 @@ def test_the_lanes_plain_pubacks_are_taken_without_pahos_read() -> None:
     assert paho.loop_read() == 0
     assert lane.taken == [1, 2, 3] and paho.packets[-2:] == [b"\x40\x00\x63", b"\x40\x00\x04"]
     # A failure reason (0x87, not authorized) or properties: paho decodes those.
-    sock.chunks = [b"\x40\x03\x00\x05\x87", b"\x40\x04\x00\x06\x00\x01"]
+    # (the properties: an empty reason string, 0x1F with a zero length)
+    with_properties = b"\x40\x07\x00\x06\x00\x03\x1f\x00\x00"
+    sock.chunks = [b"\x40\x03\x00\x05\x87", with_properties]
     assert paho.loop_read() == 0
     assert paho.loop_read() == 0
-    assert paho.packets[-2:] == [b"\x40\x00\x05\x87", b"\x40\x00\x06\x00\x01"]
+    assert paho.packets[-2:] == [b"\x40\x00\x05\x87", b"\x40" + with_properties[2:]]
     # Split over two arrivals: nothing taken here, paho reads it whole.
     sock.chunks = [b"\x40\x02", b"\x00\x07"]
     assert paho.loop_read() == 0
@@ -452,6 +454,76 @@ def test_the_fast_read_leaves_a_closed_or_failed_connection_to_paho() -> None:
     sock.chunks, sock.reads = [b"\x40\x02\x00\x01"], 0
     assert paho.loop_read() == 0 and paho.packets == [b"\x40\x00\x01"]
     assert lane.taken == []
+
+
+def test_a_puback_taken_before_a_failing_one_is_never_read_again() -> None:
+    """If telling the lane of a PUBACK raises, the PUBACKs taken before it are gone from
+    the buffer: paho's next read does not hand them to anyone a second time."""
+    paho = _buffered()
+
+    class Failing(_Lane):
+        def acked(self, mid: int) -> bool:
+            if mid == 2:
+                raise RuntimeError("a window failed")
+            return super().acked(mid)
+
+    paho._shoed_lane = lane = Failing(1, 2)  # type: ignore[attr-defined]
+    paho._sock.chunks = [b"\x40\x02\x00\x01\x40\x02\x00\x02"]
+    with pytest.raises(RuntimeError):
+        paho.loop_read()
+    assert lane.taken == [1]
+    paho._shoed_lane = None  # type: ignore[attr-defined]
+    assert paho.loop_read() == 0
+    assert paho.packets == [b"\x40\x00\x02"]  # the failing one, read by paho; 1 is not
+
+
+def test_with_real_paho_a_packet_split_over_two_reads_is_finished_by_paho() -> None:
+    """Real paho over a socketpair, a lane message awaiting its PUBACK: a PUBLISH whose
+    first part came in one read and whose payload (bytes that look like a PUBACK of the
+    lane's packet id) comes in the next is finished by paho's own read; the fast read
+    never takes a packet's middle for a PUBACK. Then a real PUBACK is taken."""
+    import paho.mqtt.client as mqtt
+
+    from shoed.mqtt.reads import read_buffered
+    from shoed.mqtt.window import DirectLane
+
+    paho = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, protocol=mqtt.MQTTv5)
+    ours, broker_end = socket.socketpair()
+    ours.setblocking(False)
+    paho._sock = ours
+    lane = DirectLane.install(paho, set())
+    assert lane is not None
+    paho._shoed_lane = lane
+    lane.mids.add(1)
+    messages: list[bytes] = []
+    paho.on_message = lambda client, userdata, message: messages.append(message.payload)
+    handled: list[int] = []
+    handle = paho._packet_handle
+
+    def counted() -> int:
+        handled.append(paho._in_packet["command"] & 0xF0)
+        return handle()
+
+    paho._packet_handle = counted
+
+    class Client:
+        _client = paho
+
+    assert read_buffered(Client())  # type: ignore[arg-type]
+    try:
+        broker_end.sendall(b"\x30\x08\x00\x01t\x00")  # QoS 0 PUBLISH on "t": 4 bytes to come
+        assert paho.loop_read() == 0
+        assert paho._in_packet["command"] == 0x30 and handled == []
+        broker_end.sendall(b"\x40\x02\x00\x01")  # its payload
+        assert paho.loop_read() == 0
+        assert messages == [b"\x40\x02\x00\x01"] and handled == [0x30]
+        assert lane.mids == {1}  # not taken for a PUBACK
+        broker_end.sendall(b"\x40\x02\x00\x01")  # the PUBACK itself
+        assert paho.loop_read() == 0
+        assert lane.mids == set() and handled == [0x30]  # taken, paho read none of it
+    finally:
+        ours.close()
+        broker_end.close()
 
 
 def test_under_mqtt311_only_the_two_byte_puback_is_plain() -> None:

@@ -73,7 +73,8 @@ def read_buffered(client: aiomqtt.Client) -> bool:
     held = _Buffered(sock)
     # The parts of paho the fast read of a window's PUBACKs stands on (beside the lane's
     # own, which window.DirectLane.install looks for): without them paho reads them all.
-    fast = all(hasattr(paho, name) for name in ("_in_packet", "_protocol", "_msgtime_mutex"))
+    fast = all(hasattr(paho, name) for name in (
+        "_in_packet", "_protocol", "_msgtime_mutex", "_last_bytes_received"))
 
     def sock_recv(bufsize: int) -> bytes:
         if held.error is not None:
@@ -132,10 +133,11 @@ def take_pubacks(held: _Buffered, lane: Any, paho: Any) -> bool:
         plain = plain_puback(data[pos + 2:end], protocol)
         if plain is None or not lane.acked(plain[0]):
             break
-        pos = end
+        # Taken: gone from the buffer at once, so paho never reads it a second time even
+        # if a later one's acking raises.
+        held.pos = pos = end
         taken = True
     if taken:
-        held.pos = pos
         with paho._msgtime_mutex:  # paho's keepalive clock, as its own read sets it
             paho._last_bytes_received = time.monotonic()
     return pos == size
