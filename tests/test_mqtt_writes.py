@@ -489,28 +489,21 @@ def test_with_real_paho_a_packet_split_over_two_reads_is_finished_by_paho() -> N
 
     paho = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, protocol=mqtt.MQTTv5)
     ours, broker_end = socket.socketpair()
-    ours.setblocking(False)
-    paho._sock = ours
-    lane = DirectLane.install(paho, set())
-    assert lane is not None
-    paho._shoed_lane = lane
-    lane.mids.add(1)
-    messages: list[bytes] = []
-    paho.on_message = lambda client, userdata, message: messages.append(message.payload)
-    handled: list[int] = []
-    handle = paho._packet_handle
-
-    def counted() -> int:
-        handled.append(paho._in_packet["command"] & 0xF0)
-        return handle()
-
-    paho._packet_handle = counted
-
-    class Client:
-        _client = paho
-
-    assert read_buffered(Client())  # type: ignore[arg-type]
     try:
+        ours.setblocking(False)
+        paho._sock = ours
+        lane = DirectLane.install(paho, set())
+        assert lane is not None
+        paho._shoed_lane = lane
+        lane.mids.add(1)
+        messages: list[bytes] = []
+        paho.on_message = lambda client, userdata, message: messages.append(message.payload)
+        handled = count_handled(paho)
+
+        class Client:
+            _client = paho
+
+        assert read_buffered(Client())  # type: ignore[arg-type]
         broker_end.sendall(b"\x30\x08\x00\x01t\x00")  # QoS 0 PUBLISH on "t": 4 bytes to come
         assert paho.loop_read() == 0
         assert paho._in_packet["command"] == 0x30 and handled == []
@@ -551,15 +544,7 @@ def test_a_windows_pubacks_from_mosquitto_skip_pahos_read(broker, protocol) -> N
             await subscriber.subscribe("fast/events", qos=1)
             send_when_queued(client)
             assert read_buffered(client)
-            paho = client._client
-            handle = paho._packet_handle
-            handled: list[int] = []
-
-            def counted() -> int:
-                handled.append(paho._in_packet["command"] & 0xF0)
-                return handle()
-
-            paho._packet_handle = counted
+            handled = count_handled(client._client)
             live = PublishWindow(client, 1, 5.0)
             for i in range(40):
                 await live.publish("fast/events", f"{i}".encode(), None)
@@ -585,6 +570,19 @@ def test_a_windows_pubacks_from_mosquitto_skip_pahos_read(broker, protocol) -> N
             expected.append(f"p{i}".encode())
     assert got == expected + [f"r{i}".encode() for i in range(200)]
     assert pubacks_read_by_paho == 4  # aiomqtt's own four, none of the lane's 280
+
+
+def count_handled(paho) -> list[int]:  # type: ignore[no-untyped-def]
+    """The type of every packet paho's own reading handles on `paho` from now on."""
+    handle = paho._packet_handle
+    handled: list[int] = []
+
+    def counted() -> int:
+        handled.append(paho._in_packet["command"] & 0xF0)
+        return handle()  # type: ignore[no-any-return]
+
+    paho._packet_handle = counted
+    return handled
 
 
 async def collect_payloads(subscriber: aiomqtt.Client, count: int) -> list[bytes]:
