@@ -10,7 +10,7 @@ from rig import make_settings
 from table import Table
 
 from shoed import logs
-from shoed.eventlog import EventLog
+from shoed.eventlog import LOGGED_FIELDS, EventLog
 
 
 def _dealt_hand_events() -> list:
@@ -44,3 +44,29 @@ def test_card_events_are_logged_only_at_debug(tmp_path: pathlib.Path, level: str
     if level == "debug":
         first = next(line for line in lines if line["event"] == "event_card")
         assert first["card_index"] == cards[0].card_index and first["level"] == "debug"
+
+
+def test_each_logged_event_carries_exactly_its_own_listed_fields(
+        tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The line of an event holds every field of LOGGED_FIELDS the event has (not None),
+    with its value, and no other of them (a field it lacks is left out, not null)."""
+    events = [e for e in _dealt_hand_events() if e.type != "card"]
+    assert {"shoe_started", "hand_result"} <= {e.type for e in events}
+    logs.configure("json", "info")
+    try:
+        settings = make_settings(tmp_path / "state", "mqtt://127.0.0.1:1",
+                                 log={"level": "info"})
+        log = EventLog(logs.get("shoed"), settings.log.level)
+        capsys.readouterr()
+        for event in events:
+            log.write(event)
+    finally:
+        logs.configure("json", "warning")
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line]
+    assert [line["event"] for line in lines] == [f"event_{e.type}" for e in events]
+    for event, line in zip(events, lines, strict=True):
+        wanted = {k: getattr(event, k) for k in LOGGED_FIELDS
+                  if k in type(event).model_fields and getattr(event, k) is not None}
+        assert {k: line[k] for k in LOGGED_FIELDS if k in line} == wanted
+    result = lines[[e.type for e in events].index("hand_result")]
+    assert {"seq", "shoe_id", "hand_no", "winner", "player_total", "banker_total"} <= set(result)
