@@ -13,7 +13,7 @@
     .venv/bin/python bench/latency.py --cards 1000 --targets shoed --journal /tmp/big
                                           # on a copy of a grown journal (grow_journal.py)
     .venv/bin/python bench/latency.py --cards 400 --rounds 2 --targets shoed,baseline \
-        --baseline ../old-checkout --callgrind     # instructions per card (valgrind)
+        --baseline ../old-checkout --callgrind --pace 0.06  # instructions per card
 
 Card-to-ACK: a CARD frame written to the pty -> its ACK read back. Card-to-event: the
 same frame -> the `card` event received by a subscriber on a local Mosquitto. Durability
@@ -24,12 +24,20 @@ The targets take turns in rounds (`--rounds`), their order reversed every other 
 
 `--callgrind` runs each host under valgrind's callgrind and counts the instructions it
 executes from its first card to its last, per card (`instructions_per_card`): the rounds
-of one run agree within a fraction of a per cent, whatever else the machine does, where
-CPU time moves ±10-15 % between rounds on a shared VM. It counts work, not time: a cache
-miss costs no more than a hit. The host runs ~10 times slower (its start ~70), so
-time-driven work (the effect write's coalescing, timers) happens at another rate than
-at full speed, and differently from run to run: compare trees within one run. Latencies
-of such a run mean nothing.
+of one run agree within a fraction of a per cent, whatever else the machine does, as long
+as the host keeps up with the cards (below), where CPU time moves ±10-15 % between rounds
+on a shared VM. It counts work, not time: a cache miss costs no more than a hit. The
+host runs 10-20 times slower (its start ~70), so time-driven work (the effect write's
+coalescing, timers) happens at another rate than at full speed, and differently from
+run to run: compare trees within one run. Latencies of such a run mean nothing.
+
+Give such a run a slower pace (`--pace 0.06`): at the default 20 ms a host that needs
+more than that under valgrind falls behind, its events go out in batches and its count
+a card drops (a round of such a run read 0.884x where its others read 0.96-0.99x). The
+bench warns when a host was busy over half the time; a round whose card-to-event p50
+stands well above its others' fell behind (one did at a 25 % steal, even at 60 ms).
+`--callgrind-keep DIR` keeps each round's counts, which bench/callgrind_split.py splits
+by object file and by function.
 """
 
 from __future__ import annotations
@@ -110,9 +118,13 @@ JOURNAL: pathlib.Path | None = None  # --journal: shoed starts on a copy of this
 SHOED_ENV: dict[str, str] = {}
 # --callgrind: every host under valgrind's callgrind, its instructions per card counted.
 CALLGRIND = False
+CALLGRIND_KEEP: pathlib.Path | None = None  # --callgrind-keep: the dumps copied here
 CALLGRIND_SLOWDOWN = 100  # how much longer a start, a connect and the dealing may take
 # A round whose machine lost more than this share of its CPUs to the hypervisor is named.
 STEAL_WARN_PCT = 2.0
+# --callgrind: a host busier than this share of a core meets cards faster than it works
+# them off (~20-30 ms of CPU a card under valgrind on a slow day, a card every 20 ms)
+CALLGRIND_BUSY_WARN = 0.5
 # --subscriber: "bench" takes the events in the bench's own process, beside the simulated
 # shoe (one loop: the shoe's handling of the host's frames and the events' arrival wait
 # for each other); "process" in bench/subscriber.py, a process of its own, as the casino's
@@ -162,6 +174,21 @@ def callgrind_total(tmp: pathlib.Path) -> int:
         if "desc: Trigger: dump" in lines:
             total += sum(int(line.split()[1]) for line in lines if line.startswith("totals:"))
     return total
+
+
+def keep_dumps(tmp: pathlib.Path, target: str) -> None:
+    """--callgrind-keep: a round's dumps of the counted cards (not the stop's), as
+    TARGET-rN.callgrind.out, for bench/callgrind_split.py."""
+    if CALLGRIND_KEEP is None:
+        return
+    CALLGRIND_KEEP.mkdir(parents=True, exist_ok=True)
+    number = 1 + sum(1 for _ in CALLGRIND_KEEP.glob(f"{target}-r*.callgrind.out"))
+    kept = 0
+    for dump in sorted(tmp.glob("callgrind.out*")):
+        if "desc: Trigger: dump" in dump.read_text(errors="replace").splitlines():
+            suffix = "" if kept == 0 else f".{kept}"
+            shutil.copyfile(dump, CALLGRIND_KEEP / f"{target}-r{number}.callgrind.out{suffix}")
+            kept += 1
 
 
 def pct(values: list[float], q: float) -> float:
@@ -288,6 +315,7 @@ async def run_target(target: str, cards: int, pace: float, broker: PrivateMosqui
     if CALLGRIND:
         callgrind_control("-d", proc)  # the counts since the zero, to a file of their own
         instructions = callgrind_total(tmp)
+        keep_dumps(tmp, target)
     stop(proc, timeout=10 * slow)
     runner.cancel()
     if SUBSCRIBER == "process":
@@ -446,8 +474,14 @@ async def main() -> None:
                         help="run shoed under cProfile, statistics written here")
     parser.add_argument("--callgrind", action="store_true",
                         help="every host under valgrind's callgrind: instructions per card "
-                             "(repeatable; ~10x slower: 1 000 cards a round take ~40 s)")
+                             "(repeatable; the host ~10-20x slower: give it --pace 0.06, at which "
+                             "1 000 cards a round take ~70 s)")
+    parser.add_argument("--callgrind-keep", type=pathlib.Path, metavar="DIR",
+                        help="with --callgrind: keep each round's counts in DIR "
+                             "(TARGET-rN.callgrind.out), for bench/callgrind_split.py")
     args = parser.parse_args()
+    if args.callgrind_keep is not None and not args.callgrind:
+        parser.error("--callgrind-keep keeps what --callgrind counts: give both")
     for name, least in (("cards", 0), ("throughput", 0), ("rounds", 1)):
         if getattr(args, name) < least:
             parser.error(f"--{name} must be at least {least}, got {getattr(args, name)}")
@@ -463,7 +497,7 @@ async def main() -> None:
         if not sep or not key:
             parser.error(f"--shoed-env expects KEY=VALUE, got {item!r}")
         SHOED_ENV[key] = value
-    global SUBSCRIBER, CALLGRIND
+    global SUBSCRIBER, CALLGRIND, CALLGRIND_KEEP
     SUBSCRIBER = args.subscriber
     if args.callgrind:
         if args.profile is not None:
@@ -473,6 +507,7 @@ async def main() -> None:
             parser.error("--callgrind needs valgrind and callgrind_control "
                          "(Debian: apt-get install valgrind)")
         CALLGRIND = True
+        CALLGRIND_KEEP = args.callgrind_keep
         # The hosts' dicts and sets laid out alike in every run (it is read at their start).
         os.environ["PYTHONHASHSEED"] = "0"
     if args.profile is not None:
@@ -507,6 +542,14 @@ async def main() -> None:
                     result = await run_target(target, max(1, cards // args.rounds), pace,
                                               broker)
                     rounds.setdefault(target, []).append(result)
+                    busy = result["cpu_s"] / max(result["elapsed_s"], 1e-9)
+                    if CALLGRIND and busy > CALLGRIND_BUSY_WARN:
+                        print(f"latency.py: round {number + 1}, {target}: under valgrind the "
+                              f"host was busy {busy:.0%} of a core at a card every "
+                              f"{pace * 1000:g} ms: if it fell behind (its card-to-event "
+                              "p50 well above its other rounds'), its events went out in "
+                              "batches, which lowers the count a card; a slower --pace "
+                              "leaves it room", file=sys.stderr)
                     if result["steal_pct"] > STEAL_WARN_PCT:
                         print(f"latency.py: round {number + 1}, {target}: the hypervisor "
                               f"took {result['steal_pct']}% of the machine's CPUs (steal); "
