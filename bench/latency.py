@@ -165,30 +165,33 @@ def callgrind_control(*args: str | subprocess.Popen[bytes]) -> None:
                            f"{done.stdout}{done.stderr}")
 
 
-def callgrind_total(tmp: pathlib.Path) -> int:
-    """The instructions counted in the dumps callgrind_control -d asked for (its
-    `totals:` lines; not the one a host's stop writes)."""
-    total = 0
+def counted_dumps(tmp: pathlib.Path) -> list[tuple[pathlib.Path, list[str]]]:
+    """The dumps callgrind_control -d asked for (not the one a host's stop writes),
+    each with its lines."""
+    dumps = []
     for dump in sorted(tmp.glob("callgrind.out*")):
         lines = dump.read_text(errors="replace").splitlines()
         if "desc: Trigger: dump" in lines:
-            total += sum(int(line.split()[1]) for line in lines if line.startswith("totals:"))
-    return total
+            dumps.append((dump, lines))
+    return dumps
 
 
-def keep_dumps(tmp: pathlib.Path, target: str) -> None:
-    """--callgrind-keep: a round's dumps of the counted cards (not the stop's), as
-    TARGET-rN.callgrind.out, for bench/callgrind_split.py."""
+def callgrind_total(dumps: list[tuple[pathlib.Path, list[str]]]) -> int:
+    """The instructions counted in these dumps (their `totals:` lines)."""
+    return sum(int(line.split()[1]) for _, lines in dumps for line in lines
+               if line.startswith("totals:"))
+
+
+def keep_dumps(dumps: list[tuple[pathlib.Path, list[str]]], target: str) -> None:
+    """--callgrind-keep: a round's counted dumps, as TARGET-rN.callgrind.out (and .1,
+    .2, ... after the first), for bench/callgrind_split.py."""
     if CALLGRIND_KEEP is None:
         return
     CALLGRIND_KEEP.mkdir(parents=True, exist_ok=True)
     number = 1 + sum(1 for _ in CALLGRIND_KEEP.glob(f"{target}-r*.callgrind.out"))
-    kept = 0
-    for dump in sorted(tmp.glob("callgrind.out*")):
-        if "desc: Trigger: dump" in dump.read_text(errors="replace").splitlines():
-            suffix = "" if kept == 0 else f".{kept}"
-            shutil.copyfile(dump, CALLGRIND_KEEP / f"{target}-r{number}.callgrind.out{suffix}")
-            kept += 1
+    for kept, (dump, _) in enumerate(dumps):
+        suffix = "" if kept == 0 else f".{kept}"
+        shutil.copyfile(dump, CALLGRIND_KEEP / f"{target}-r{number}.callgrind.out{suffix}")
 
 
 def pct(values: list[float], q: float) -> float:
@@ -314,8 +317,9 @@ async def run_target(target: str, cards: int, pace: float, broker: PrivateMosqui
     instructions = None
     if CALLGRIND:
         callgrind_control("-d", proc)  # the counts since the zero, to a file of their own
-        instructions = callgrind_total(tmp)
-        keep_dumps(tmp, target)
+        dumps = counted_dumps(tmp)
+        instructions = callgrind_total(dumps)
+        keep_dumps(dumps, target)
     stop(proc, timeout=10 * slow)
     runner.cancel()
     if SUBSCRIBER == "process":
@@ -542,7 +546,7 @@ async def main() -> None:
                     result = await run_target(target, max(1, cards // args.rounds), pace,
                                               broker)
                     rounds.setdefault(target, []).append(result)
-                    busy = result["cpu_s"] / max(result["elapsed_s"], 1e-9)
+                    busy = result["cpu_s"] / max(result["elapsed_s"], 1e-9)  # of a core
                     if CALLGRIND and busy > CALLGRIND_BUSY_WARN:
                         print(f"latency.py: round {number + 1}, {target}: under valgrind the "
                               f"host was busy {busy:.0%} of a core at a card every "

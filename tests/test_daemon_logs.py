@@ -22,11 +22,9 @@ def _dealt_hand_events() -> list:
     return table.events
 
 
-@pytest.mark.parametrize("level", ["info", "debug"])
-def test_card_events_are_logged_only_at_debug(tmp_path: pathlib.Path, level: str,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
-    events = _dealt_hand_events()
-    assert {"card", "hand_result"} <= {e.type for e in events}
+def _logged_lines(events: list, level: str, tmp_path: pathlib.Path,
+                  capsys: pytest.CaptureFixture[str]) -> list[dict]:
+    """The JSON lines the daemon's EventLog writes for `events` at log level `level`."""
     logs.configure("json", level)
     try:
         settings = make_settings(tmp_path / "state", "mqtt://127.0.0.1:1", log={"level": level})
@@ -36,7 +34,15 @@ def test_card_events_are_logged_only_at_debug(tmp_path: pathlib.Path, level: str
             log.write(event)
     finally:
         logs.configure("json", "warning")
-    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line]
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines() if line]
+
+
+@pytest.mark.parametrize("level", ["info", "debug"])
+def test_card_events_are_logged_only_at_debug(tmp_path: pathlib.Path, level: str,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    events = _dealt_hand_events()
+    assert {"card", "hand_result"} <= {e.type for e in events}
+    lines = _logged_lines(events, level, tmp_path, capsys)
     logged = [line["event"] for line in lines]
     cards = [e for e in events if e.type == "card"]
     assert "event_hand_result" in logged
@@ -52,17 +58,7 @@ def test_each_logged_event_carries_exactly_its_own_listed_fields(
     with its value, and no other of them (a field it lacks is left out, not null)."""
     events = [e for e in _dealt_hand_events() if e.type != "card"]
     assert {"shoe_started", "hand_result"} <= {e.type for e in events}
-    logs.configure("json", "info")
-    try:
-        settings = make_settings(tmp_path / "state", "mqtt://127.0.0.1:1",
-                                 log={"level": "info"})
-        log = EventLog(logs.get("shoed"), settings.log.level)
-        capsys.readouterr()
-        for event in events:
-            log.write(event)
-    finally:
-        logs.configure("json", "warning")
-    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line]
+    lines = _logged_lines(events, "info", tmp_path, capsys)
     assert [line["event"] for line in lines] == [f"event_{e.type}" for e in events]
     for event, line in zip(events, lines, strict=True):
         wanted = {k: getattr(event, k) for k in LOGGED_FIELDS
