@@ -58,6 +58,7 @@ class PubackThief:
         self.stolen_at: float | None = None  # wall time the withheld PUBLISH passed
         self.hold_s = hold_s
         self.wire: list[tuple[str, int, str, bytes]] = []  # (kind, mid, topic, payload)
+        self.passed_at: list[float] = []  # the wall time each entry of `wire` passed
         self._server: asyncio.base_events.Server | None = None
 
     async def start(self) -> None:
@@ -95,6 +96,7 @@ class PubackThief:
                             break
                     at += length
                 self.wire.append(("publish", mid, topic, packet[at:]))
+                self.passed_at.append(time.time())
                 if topic == self.armed:
                     stolen.add(mid)
                     self.armed, self.stolen_at = None, time.time()
@@ -108,6 +110,7 @@ class PubackThief:
                     self.dropped += 1
                     return False
                 self.wire.append(("puback", mid, "", b""))
+                self.passed_at.append(time.time())
             return True
 
         async def pump(source: asyncio.StreamReader, sink: asyncio.StreamWriter,
@@ -230,10 +233,12 @@ def test_each_cards_state_follows_its_events_puback_on_the_wire(
     holds every PUBACK 20 ms, a card every 0.1 s from a one-deck shoe, sees, for every
     `state`, the PUBACK of every event up to its seq pass before the `state` arrives (a
     daemon that sent it on the event's PUBLISH alone would be caught by the hold), and a
-    `state` after every card (none left out or merged) once the start's backlog is out.
+    `state` after every card (none left out or merged) once the start's backlog is out,
+    unless the next card was already in when the card's PUBACK passed (a backlog: a
+    stalled host or a shoe's burst, whose cards share one `state` as the start's do).
     """
 
-    async def scenario() -> list[tuple[str, int, str, bytes]]:
+    async def scenario() -> PubackThief:
         thief = PubackThief(broker.port, hold_s=0.02)
         await thief.start()
         collector, collecting = await _collector(broker)
@@ -249,9 +254,10 @@ def test_each_cards_state_follows_its_events_puback_on_the_wire(
         finally:
             await stop_tasks(collecting)
             await thief.close()
-        return thief.wire
+        return thief
 
-    wire = asyncio.run(scenario())
+    thief = asyncio.run(scenario())
+    wire = thief.wire
     acked = {mid: i for i, (kind, mid, _, _) in enumerate(wire) if kind == "puback"}
     events = _published(wire, "events")
     states = _published(wire, "state")
@@ -268,11 +274,19 @@ def test_each_cards_state_follows_its_events_puback_on_the_wire(
     # a card every 0.1 s leaves time for a hand's end (two events, `state`, `roads`:
     # four holds); the backlog of the start (cards read while connecting) goes as one
     # batch with one `state` (mqtt-api.md section 1: never before its events)
-    cards = sorted(body["seq"] for _, body in events
-                   if body["type"] == "card" and body["seq"] > state_seqs[0])
+    drawn = {body["seq"]: dt.datetime.fromisoformat(body["drawn_at"]).timestamp()
+             for _, body in events if body["type"] == "card"}
+    cards = sorted(seq for seq in drawn if seq > state_seqs[0])
     assert len(cards) >= 25, cards
     for card, after in itertools.pairwise(cards):
-        assert any(card <= s < after for s in state_seqs), (card, after, state_seqs[:20])
+        if not any(card <= s < after for s in state_seqs):
+            # the PUBACK of the last event before `after`: then the `state` was due
+            due = thief.passed_at[puback_of_seq[after - 1]]
+            # a paced card comes ~80 ms after it; one already read (a backlog) before it,
+            # or with it when the host's stall ends (a loop turn's slack)
+            assert drawn[after] - due < 0.03, (
+                f"no state between cards {card} and {after}, though {after} was drawn "
+                f"{drawn[after] - due:.3f} s after the state was due", state_seqs[:20])
 
 
 def test_a_cards_state_whose_puback_is_withheld_mid_shoe_is_noticed_and_none_lost(
