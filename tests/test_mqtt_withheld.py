@@ -235,7 +235,8 @@ def test_each_cards_state_follows_its_events_puback_on_the_wire(
     daemon that sent it on the event's PUBLISH alone would be caught by the hold), and a
     `state` after every card (none left out or merged) once the start's backlog is out,
     unless the next card was already in when the card's PUBACK passed (a backlog: a
-    stalled host or a shoe's burst, whose cards share one `state` as the start's do).
+    stalled host or a shoe's burst, whose cards share one `state` as the start's do:
+    decisions.md 154).
     """
 
     async def scenario() -> PubackThief:
