@@ -236,7 +236,8 @@ def test_each_cards_state_follows_its_events_puback_on_the_wire(
     `state` after every card (none left out or merged) once the start's backlog is out,
     unless the next card was already in when the card's PUBACK passed (a backlog: a
     stalled host or a shoe's burst, whose cards share one `state` as the start's do:
-    decisions.md 154).
+    decisions.md 154); one more pair is let pass, for a stall that spans the PUBACK and
+    the next card's arrival, which the wire cannot tell from a `state` left out.
     """
 
     async def scenario() -> PubackThief:
@@ -279,15 +280,21 @@ def test_each_cards_state_follows_its_events_puback_on_the_wire(
              for _, body in events if body["type"] == "card"}
     cards = sorted(seq for seq in drawn if seq > state_seqs[0])
     assert len(cards) >= 25, cards
+    unexplained = []
     for card, after in itertools.pairwise(cards):
         if not any(card <= s < after for s in state_seqs):
             # the PUBACK of the last event before `after`: then the `state` was due
             due = thief.passed_at[puback_of_seq[after - 1]]
-            # a paced card comes ~80 ms after it; one already read (a backlog) before it,
-            # or with it when the host's stall ends (a loop turn's slack)
-            assert drawn[after] - due < 0.03, (
-                f"no state between cards {card} and {after}, though {after} was drawn "
-                f"{drawn[after] - due:.3f} s after the state was due", state_seqs[:20])
+            # a paced card comes ~70-80 ms after it; one already read (a backlog) before
+            # it, or with it when the host's stall ends (a loop turn's slack)
+            if drawn[after] - due >= 0.03:
+                unexplained.append((card, after, round(drawn[after] - due, 3)))
+    # A stall of the host from before the PUBACK until after the next card came in makes
+    # the same wire as a `state` left out (the card is read when the stall ends, with
+    # the PUBACK): one such in a shoe is let pass, a daemon that leaves states out is not.
+    assert len(unexplained) <= 1, (
+        "no state between these cards (card, next card, s the next was drawn after the "
+        f"state was due): {unexplained}", state_seqs[:20])
 
 
 def test_a_cards_state_whose_puback_is_withheld_mid_shoe_is_noticed_and_none_lost(
