@@ -72,6 +72,13 @@ class PubackThief:
     def arm(self, topic: str) -> None:
         self.armed = topic
 
+    def _passed(self, kind: str, mid: int, topic: str, payload: bytes) -> float:
+        """Writes down a packet passing now (`wire` and `passed_at` stay in step)."""
+        now = time.time()
+        self.wire.append((kind, mid, topic, payload))
+        self.passed_at.append(now)
+        return now
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.broker_port)
         stolen: set[int] = set()
@@ -95,11 +102,10 @@ class PubackThief:
                         if not packet[at - 1] & 0x80:
                             break
                     at += length
-                self.wire.append(("publish", mid, topic, packet[at:]))
-                self.passed_at.append(time.time())
+                passed = self._passed("publish", mid, topic, packet[at:])
                 if topic == self.armed:
                     stolen.add(mid)
-                    self.armed, self.stolen_at = None, time.time()
+                    self.armed, self.stolen_at = None, passed
             return True
 
         def to_daemon(packet: bytes, start: int) -> bool:
@@ -109,8 +115,7 @@ class PubackThief:
                     stolen.discard(mid)
                     self.dropped += 1
                     return False
-                self.wire.append(("puback", mid, "", b""))
-                self.passed_at.append(time.time())
+                self._passed("puback", mid, "", b"")
             return True
 
         async def pump(source: asyncio.StreamReader, sink: asyncio.StreamWriter,
@@ -132,8 +137,9 @@ class PubackThief:
                              pump(up_reader, writer, to_daemon, self.hold_s))
 
 
-def _wall(line: dict[str, object]) -> float:
-    return dt.datetime.fromisoformat(str(line["timestamp"]).replace("Z", "+00:00")).timestamp()
+def _epoch(iso: object) -> float:
+    """An ISO 8601 time the daemon wrote (a log line's, an event's), in seconds."""
+    return dt.datetime.fromisoformat(str(iso).replace("Z", "+00:00")).timestamp()
 
 
 async def _noticed_and_back(d: DaemonProcess, thief: PubackThief, timeout_s: float,
@@ -146,7 +152,7 @@ async def _noticed_and_back(d: DaemonProcess, thief: PubackThief, timeout_s: flo
     dropped = d.logged("mqtt_disconnected")[0]
     assert f"no PUBACK within {timeout_s:g} s" in str(dropped["error"])
     assert thief.stolen_at is not None
-    noticed = _wall(dropped) - thief.stolen_at
+    noticed = _epoch(dropped["timestamp"]) - thief.stolen_at
     assert noticed <= notice_within_s + 1.0, noticed
     await wait_for(lambda: len(d.logged("mqtt_connected")) > connects, 15,
                    "the daemon connected again")
@@ -275,10 +281,10 @@ def test_each_cards_state_follows_its_events_puback_on_the_wire(
                     f"state seq {state['seq']} at {at} before the PUBACK of event {seq}")
     state_seqs = sorted(body["seq"] for _, body in states)
     # a card every 0.14-0.26 s leaves time for a hand's end (two events, `state`,
-    # `roads`: four holds); the backlog of the start (cards read while connecting) goes as one
-    # batch with one `state` (mqtt-api.md section 1: never before its events)
-    drawn = {body["seq"]: dt.datetime.fromisoformat(body["drawn_at"]).timestamp()
-             for _, body in events if body["type"] == "card"}
+    # `roads`: four holds); the backlog of the start (cards read while connecting) goes
+    # as one batch with one `state` (mqtt-api.md section 1: never before its events)
+    drawn = {body["seq"]: _epoch(body["drawn_at"]) for _, body in events
+             if body["type"] == "card"}
     cards = sorted(seq for seq in drawn if seq > state_seqs[0])
     assert len(cards) >= 25, cards
     unexplained = []
