@@ -2,13 +2,16 @@
 
     .venv/bin/python bench/cold_path.py [--cards 400] [--pauses 0,1,5,20] [--spin]
 
-The steps before a card's record is written: the host link decoding the CARD frame
-(`Link.receive_data` and `next_event`), the engine inputs built from it
-(`stamp` and `message_to_inputs`, a pydantic model), and the inputs' JSON for the
-record (`model_dump_json`). Each is timed per card, with `--pauses` milliseconds
-between cards (0: back to back; the latency bench deals a card every 20 ms). The pause
-is a sleep, or with `--spin` a busy loop that touches nothing else, so that the figures
-tell a CPU woken from idle apart from caches that went cold while other code ran.
+The steps of a plain card's frame outside the engine: the host link decoding the CARD
+frame (`Link.receive_data` and `next_event`), then the daemon's way for a plain card:
+the record's JSON written without a model (`card_record`, before the ACK) and the input's
+model built from that JSON (`card_input`, after it); and beside them the usual way of any
+other frame: the engine inputs built from the message (`stamp` and `message_to_inputs`,
+a pydantic model) and their JSON (`model_dump_json`). Each is timed per card, with
+`--pauses` milliseconds between cards (0: back to back; the latency bench deals a card
+every 20 ms). The pause is a sleep, or with `--spin` a busy loop that touches nothing
+else, so that the figures tell a CPU woken from idle apart from caches that went cold
+while other code ran.
 Medians in microseconds. The same code runs each time: any difference between the
 pauses is the machine (its caches, its predictors), not the code.
 """
@@ -35,13 +38,13 @@ from firmware_protocol import (
 )
 from shoed.core.cards import ALL_CARDS
 from shoed.core.engine import build_models
-from shoed.device.inputs import message_to_inputs, stamp
+from shoed.device.inputs import card_input, card_record, message_to_inputs, stamp
 
 
 def card_frames(n: int) -> list[bytes]:
     """`n` CARD frames (optical, read) with seqs 0, 1, ... (mod 65536) as a shoe sends them."""
     return [build_frame(Card.TYPE, i % 65536, encode_payload(Card(
-        uptime_ms=i, card_index=i, pull_id=i, pull_pos=0, pull_size=1, code_kind=1,
+        uptime_ms=i, card_index=i, pull_id=i, pull_pos=1, pull_size=1, code_kind=1,
         code=optical_code(ALL_CARDS[i % len(ALL_CARDS)]), quality=90))) for i in range(n)]
 
 
@@ -58,7 +61,8 @@ def pause(seconds: float, spin: bool) -> None:
 
 def run(frames: list[bytes], pause_s: float, spin: bool) -> dict[str, float]:
     host = Link(Role.HOST, 0.0)
-    steps: dict[str, list[float]] = {"decode": [], "inputs": [], "json": []}
+    steps: dict[str, list[float]] = {"decode": [], "record": [], "model": [], "inputs": [],
+                                     "json": []}
     for frame in frames:
         pause(pause_s, spin)
         a = time.perf_counter()
@@ -66,17 +70,25 @@ def run(frames: list[bytes], pause_s: float, spin: bool) -> dict[str, float]:
         event = host.next_event()
         b = time.perf_counter()
         assert isinstance(event, MessageReceived), event
-        inputs = message_to_inputs(event.message, stamp(None), None, 50)
+        stamped = stamp(None)
+        body = card_record(event.message, stamped, 50)
+        b1 = time.perf_counter()
+        model = card_input(body) if body is not None else None
+        b2 = time.perf_counter()
+        assert model is not None, event.message  # a plain card: read, its pull whole
+        inputs = message_to_inputs(event.message, stamped, None, 50)
         c = time.perf_counter()
         bodies = [inp.model_dump_json() for inp in inputs]
         d = time.perf_counter()
-        assert bodies and '"item":"card"' in bodies[0], bodies  # a card, read
+        assert bodies == [body] and inputs == [model], (bodies, body)  # the same input
         host.ack(event.seq)
         host.data_to_send()
         while host.next_event() is not None:
             pass
         steps["decode"].append(b - a)
-        steps["inputs"].append(c - b)
+        steps["record"].append(b1 - b)
+        steps["model"].append(b2 - b1)
+        steps["inputs"].append(c - b2)
         steps["json"].append(d - c)
     return {name: round(statistics.median(v) * 1e6, 1) for name, v in steps.items()}
 

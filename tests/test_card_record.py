@@ -1,7 +1,7 @@
 """shoed.device.inputs.card_record: a plain card's input JSON, written without its model,
 is byte for byte the model's own JSON (the journal holds the same record either way, and
-the model built after the ACK is the one the record replays to); any other frame gets
-None and goes the usual way."""
+the model built from it after the ACK, card_input, is message_to_inputs's and the one the
+record replays to); any other frame gets None and goes the usual way."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from firmware_protocol import Card
 from firmware_protocol.messages import RANKS, SUITS, CodeKind, optical_code
 from shoed.core.inputs import INPUT_ADAPTER, DeviceItem
-from shoed.device.inputs import card_record, message_to_inputs
+from shoed.device.inputs import card_input, card_record, message_to_inputs
 
 u16 = st.integers(0, 0xFFFF)
 u8 = st.integers(0, 0xFF)
@@ -44,6 +44,11 @@ def test_a_plain_cards_json_is_its_models(notation: str, index: int, pull_id: in
     assert isinstance(model, DeviceItem)
     assert body == model.model_dump_json()
     assert INPUT_ADAPTER.validate_json(body) == model
+    built = card_input(body)  # the daemon's model of it, built from the record after the ACK
+    assert type(built) is DeviceItem
+    assert built == model
+    assert built.model_dump_json() == body
+    assert built.model_dump() == model.model_dump()
 
 
 @given(notations, u16, u16, st.integers(1, 3), st.floats(1.6e9, 4e9), st.floats(0.001, 1e8))

@@ -297,23 +297,41 @@ class Engine:
         self._trail: Trail | None = None
         # A scratch engine handling a trail's inputs again: its checkpoints are pickles.
         self._replaying = False
+        # The gate's and the indicator's sync of the latest handle(device_later=True): its
+        # Output and the holds it found, until settle_device() (or the next use of the state).
+        self._device_due: tuple[Output, list[Hold]] | None = None
+        # An error of a settle_device() after its events had gone: the next input's
+        # engine_error alarm.
+        self._device_error: str | None = None
 
     # -- public API ---------------------------------------------------------------------
 
     @property
     def state(self) -> EngineState:
-        """The engine's state (read it; only handle() and roll_back() change it)."""
+        """The engine's state (read it; only handle(), settle_device() and roll_back() change
+        it)."""
+        self.settle_device()
         return self._state
 
     def snapshot(self) -> str:
+        self.settle_device()
         return self._state.model_dump_json()
 
     @classmethod
     def restore(cls, config: EngineConfig, snapshot: str) -> Engine:
         return cls(config, EngineState.model_validate_json(snapshot))
 
-    def handle(self, inp: Input) -> Output:
-        """Apply one input. Never raises; a refused command changes nothing."""
+    def handle(self, inp: Input, device_later: bool = False) -> Output:
+        """Apply one input. Never raises; a refused command changes nothing.
+
+        `device_later`: the gate's and the indicator's requests (``Output.device``) are
+        worked out by :meth:`settle_device`, which the shell calls once the input's events
+        have been sent (they are the last step of an input, and a card's event need not
+        wait for them). Anything that reads or copies the state settles them first: the
+        next input, :attr:`state`, a snapshot, a checkpoint. The requests, the events and
+        the state are the same either way; only when the requests are worked out
+        differs."""
+        self.settle_device()
         full = isinstance(inp, CommandInput)
         if full or self._replaying:
             rollback = self.checkpoint(full)
@@ -324,16 +342,18 @@ class Engine:
             rollback = Replayed(trail, len(trail.inputs), self._replay)
         self.last_rollback = rollback
         try:
-            return self._handle(inp, rollback)
+            return self._handle(inp, rollback, device_later and not self._replaying)
         finally:
             if self._trail is not None and not self._replaying:
                 self._trail.inputs.append(inp)  # whatever it did, handling it again does
 
-    def _handle(self, inp: Input, rollback: Checkpoint) -> Output:
+    def _handle(self, inp: Input, rollback: Checkpoint, device_later: bool) -> Output:
         self._out = Output()
         self._at = inp.at
         self._mono = inp.mono if inp.mono is not None else inp.at
         try:
+            if self._device_error is not None:  # kept until an input is applied
+                self._alarm_momentary("engine_error", self._device_error)
             if inp.mono is not None:
                 self._carry_over(inp)
             self._dispatch(inp)
@@ -341,7 +361,8 @@ class Engine:
             detail = hold_detail(self._state.shoe)
             self._sync_alarms(detail)
             self._report_if_due()
-            self._sync_device(holds=hold_reasons(detail))
+            self._device_error = None
+            self._device_due = (self._out, detail)
         except Refused as refusal:
             self._state = rollback()
             out = Output(ok=False, error=CommandError(refusal.code, refusal.message))
@@ -354,11 +375,35 @@ class Engine:
                 self._out.ok = False
                 self._out.error = CommandError("engine_error", repr(error))
             return self._out
+        if not device_later:
+            self.settle_device()
         return self._out
+
+    def settle_device(self) -> None:
+        """The gate's and the indicator's requests of the latest ``handle(inp,
+        device_later=True)``, added to its Output's ``device`` (nothing when none is due;
+        handle() without it calls this itself). They come after the input's events, which
+        may have gone by then, so an error here never undoes the input, with or without
+        `device_later`: the gate and the indicator stay as they were, and the next input
+        raises an ``engine_error`` alarm that says so."""
+        due = self._device_due
+        if due is None:
+            return
+        self._device_due = None
+        out, detail = due
+        current, self._out = self._out, out
+        try:
+            self._sync_device(holds=hold_reasons(detail))
+        except Exception as error:  # an engine bug must not take the table down
+            self._device_error = (f"the gate and the indicator not worked out after the "
+                                  f"event seq {self._state.seq}: {error!r}")
+        finally:
+            self._out = current
 
     def roll_back(self, to: Checkpoint) -> None:
         """Put the state back to a checkpoint (:attr:`last_rollback` or :meth:`checkpoint`):
         what the shell does when the journal could not store the inputs since."""
+        self._device_due = None  # of an input after the checkpoint: undone with it
         self._state = to()
         self._trail = to.trail_to_here() if isinstance(to, Replayed) else None
 
@@ -366,6 +411,7 @@ class Engine:
         """Start a new trail when the current one is REBASE_EVERY inputs long (or there is
         none), while nothing waits: the daemon calls this after a card's event has left."""
         if self._trail is None or len(self._trail.inputs) >= REBASE_EVERY:
+            self.settle_device()
             self._trail = Trail.of(self._state)
 
     def _replay(self, state: EngineState, inputs: Sequence[Input]) -> EngineState:
@@ -379,6 +425,7 @@ class Engine:
 
     def checkpoint(self, full: bool) -> Checkpoint:
         """Something to roll back to (see :func:`shoed.core.checkpoint.take`)."""
+        self.settle_device()
         return take(self._state, full)
 
     def next_deadline(self) -> float | None:

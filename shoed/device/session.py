@@ -36,7 +36,7 @@ from firmware_protocol.messages import Capability
 from shoed.config import Settings
 from shoed.core.engine import DeviceRequest, Output
 from shoed.core.inputs import DeviceGap, DeviceLink, Input, Notice, Tick
-from shoed.device.inputs import card_record, message_to_inputs, stamp
+from shoed.device.inputs import card_input, card_record, message_to_inputs, stamp
 from shoed.device.transports import TRANSPORTS, Transport
 from shoed.errors import TransportLost
 from shoed.eventlog import EventLog
@@ -121,7 +121,7 @@ class DeviceSession:
         if not event.gap and self.recorder.state.device.connected:
             body = card_record(message, stamped, self.min_quality)
             if body is not None:  # a plain card (most frames)
-                self._plain_card(event, message, stamped, body)
+                self._plain_card(event, stamped["at"], body)
                 return
         inputs: list[Input] = []
         if not self.recorder.state.device.connected and not isinstance(message, Hello):
@@ -149,23 +149,21 @@ class DeviceSession:
         elif inputs and isinstance(inputs[0], DeviceLink):
             self._sync_status()  # the shoe is back (frames after a silence)
 
-    def _plain_card(self, event: MessageReceived, message: Any, stamped: dict[str, Any],
-                    body: str) -> None:
+    def _plain_card(self, event: MessageReceived, at: float, body: str) -> None:
         """A plain card's frame: its input's JSON recorded, the ACK, and only then its
-        model built and applied (the same input, the same journal bytes as
+        model built from that JSON and applied (the same input, the same journal bytes as
         message_to_inputs makes, built a step later)."""
         link = self.link
         if self._wrong_device:
             link.refuse(event.seq)  # not our shoe: no ACK, nothing applied
             return
-        ids = self.recorder.record_bodies([(stamped["at"], body)], event.dedup_after)
+        ids = self.recorder.record_bodies([(at, body)], event.dedup_after)
         if ids is None:
             link.refuse(event.seq)
             return
         link.ack(event.seq)
         self._flush()  # the ACK leaves before the input's model and its effect
-        inputs = message_to_inputs(message, stamped, self.manifest, self.min_quality)
-        self.recorder.apply(list(zip(ids, inputs, strict=True)))
+        self.recorder.apply([(ids[0], card_input(body))])
 
     def _check_serial_no(self, message: Hello, stamped: dict[str, Any]) -> None:
         expected = self.settings.device.serial_no

@@ -179,9 +179,10 @@ class Recorder:
         return ids
 
     def apply(self, recorded: list[tuple[int, Input]]) -> list[Output]:
-        """The game effect of recorded inputs: engine, events to the publisher at once;
-        their outbox rows follow (write_effects)."""
-        outputs = [self._apply(input_id, inp) for input_id, inp in recorded]
+        """The game effect of recorded inputs: engine, events to the publisher at once,
+        then the gate's and the indicator's requests (Engine.settle_device); their outbox
+        rows follow (write_effects)."""
+        outputs = [self._apply(input_id, inp, device_later=True) for input_id, inp in recorded]
         for out in outputs:
             self._hand_over(out)
         if (self.outbox.unwritten or self.journal.pending) and self._effects_timer is None:
@@ -234,8 +235,8 @@ class Recorder:
         self._effects_written(*written)
         return outputs
 
-    def _apply(self, input_id: int, inp: Input) -> Output:
-        out = self.engine.handle(inp)
+    def _apply(self, input_id: int, inp: Input, device_later: bool = False) -> Output:
+        out = self.engine.handle(inp, device_later)
         add = self.outbox.add
         for event in out.events:
             add(event.seq, event.event_id, event.type, event.model_dump_json())
@@ -245,7 +246,8 @@ class Recorder:
 
     def _hand_over(self, out: Output) -> None:
         if out.events:
-            self.outbox.ready()
+            self.outbox.ready()  # the idle publisher sends the first event from here
+        self.engine.settle_device()  # the gate and indicator of apply()'s last input
         if out.events or out.device:
             self.on_output(out)
 
