@@ -6,7 +6,7 @@ import time
 from typing import Any
 
 from firmware_protocol import Card, CardUnread, CutCard, Fault, Hello, Malformed, ShoeLoaded
-from firmware_protocol.messages import OpticalCode, RfidCode, UnidentifiedCode
+from firmware_protocol.messages import OpticalCode, RfidCode, UnidentifiedCode, pull_problem
 from shoed.core.inputs import DeviceFault, DeviceHello, DeviceItem, DeviceShoeLoaded, Input, Notice
 from shoed.store.uptime import Uptime
 
@@ -36,8 +36,10 @@ def card_record(message: Any, stamped: dict[str, Any], min_quality: int) -> str 
     if type(message) is not Card or message.problem is not None:
         return None
     identity = message.identity
+    # The payload's problem (Card.payload_problem) is, for a code read as optical, its
+    # pull fields': asked directly, the code is not decoded a second time.
     if type(identity) is not OpticalCode or message.quality < min_quality \
-            or message.payload_problem is not None:
+            or pull_problem(message.pull_pos, message.pull_size) is not None:
         return None
     at, mono = stamped["at"], stamped["mono"]
     if type(at) is not float or not _plain(at) or (
