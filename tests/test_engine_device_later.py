@@ -16,8 +16,8 @@ from test_engine_interleavings import action, run
 
 import shoed.core.engine as engine_module
 from shoed.core.checkpoint import REBASE_EVERY
-from shoed.core.engine import Output
-from shoed.core.inputs import Input
+from shoed.core.engine import Engine, Output
+from shoed.core.inputs import DeviceItem, Input
 
 
 class LaterTable(Table):
@@ -75,7 +75,9 @@ def test_later_or_not_the_same_requests_events_and_state(
     assert later.state == eager.state
 
 
-def test_the_requests_wait_for_the_settle_and_reading_the_state_settles_them() -> None:
+@pytest.mark.parametrize("read", ["state", "snapshot", "checkpoint"])
+def test_the_requests_wait_for_the_settle_and_reading_the_state_settles_them(
+        read: str) -> None:
     eager, later = Table(decks=1), LaterTable(lambda: "next", decks=1)
     for table in (eager, later):
         table.hello()
@@ -88,7 +90,13 @@ def test_the_requests_wait_for_the_settle_and_reading_the_state_settles_them() -
             break
     assert want.device and want.device[-1].kind == "indicator"
     assert later.engine._state.indicator_sent != eager.engine._state.indicator_sent
-    assert later.engine.state.indicator_sent == eager.engine._state.indicator_sent
+    if read == "state":
+        assert later.engine.state.indicator_sent == eager.engine._state.indicator_sent
+    elif read == "snapshot":
+        assert later.engine.snapshot() == eager.engine.snapshot()
+    else:
+        later.engine.checkpoint(full=True)
+    assert later.engine._state.indicator_sent == eager.engine._state.indicator_sent
     assert out.device == want.device  # added to the card's own Output
     later.engine.settle_device()
     assert out.device == want.device  # once
@@ -140,9 +148,72 @@ def test_an_error_working_the_requests_out_undoes_nothing_and_is_an_alarm_next(
     table.draw("2C")
     [alarm] = [e for e in table.of("alarm", mark) if e.code == "engine_error"]
     assert "indicator broke" in alarm.message and "gate and the indicator" in alarm.message
+    assert "after input item" in alarm.message
     assert alarm.momentary
     table.draw("3C")
     assert not [e for e in table.of("alarm", mark + 1) if e.code == "engine_error"]
+
+
+def _failed_step(monkeypatch: pytest.MonkeyPatch, keep: bool = False) -> Table:
+    """A table whose last card's gate and indicator step failed (its alarm is due); with
+    `keep`, the step keeps failing (as a bug does, in a replay too)."""
+    table = LaterTable(lambda: "now", decks=1)
+    table.hello()
+    table.load()
+    table.engine._trail = None
+    table.engine.prepare_checkpoint()  # a trail from here: its replay meets the same code
+
+    def broken(*args: Any) -> int:
+        raise RuntimeError("indicator broke")
+
+    monkeypatch.setattr(engine_module, "indicator", broken)
+    table.draw("AS")
+    if not keep:
+        monkeypatch.undo()
+    return table
+
+
+def _next_types(engine: Any, card: str, at: float) -> list[tuple[int, str, str | None]]:
+    item = DeviceItem(at=at, item="card", pull_id=99, pull_pos=1, pull_size=1,
+                      device_card_index=99, card=card)
+    return [(e.seq, e.type, getattr(e, "code", None)) for e in engine.handle(item).events]
+
+
+def test_the_due_alarm_survives_a_restart_from_a_snapshot(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The effect write snapshots between cards: a restart replays the next card from
+    there, and must make the events the live engine made (same seq, same alarm)."""
+    table = _failed_step(monkeypatch)
+    restored = Engine.restore(table.engine.config, table.engine.snapshot())
+    live = _next_types(table.engine, "2C", table.now())
+    assert ("engine_error" in [code for _, _, code in live])
+    assert _next_types(restored, "2C", table.t) == live
+
+
+@pytest.mark.parametrize("way", ["full", "trail"])
+def test_a_roll_back_of_the_alarms_input_brings_the_alarm_back(
+        monkeypatch: pytest.MonkeyPatch, way: str) -> None:
+    """The input that raised the alarm is undone (its store failed): the next one raises
+    it again, at the same seq, from a full checkpoint or from the trail's replay."""
+    table = _failed_step(monkeypatch, keep=way == "trail")
+    engine = table.engine
+    checkpoint = engine.checkpoint(full=True) if way == "full" else None
+    first = _next_types(engine, "2C", table.now())
+    assert ("engine_error" in [code for _, _, code in first])
+    engine.roll_back(checkpoint or engine.last_rollback)  # type: ignore[arg-type]
+    assert _next_types(engine, "2C", table.t) == first
+
+
+def test_a_trail_begun_with_the_alarm_due_replays_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    table = _failed_step(monkeypatch)
+    engine = table.engine
+    engine._trail = None
+    engine.prepare_checkpoint()  # a new trail, the alarm still due
+    live = _next_types(engine, "2C", table.now())
+    after = engine.snapshot()
+    engine.roll_back(engine.last_rollback)  # type: ignore[arg-type]
+    assert _next_types(engine, "2C", table.t) == live
+    assert engine.snapshot() == after
 
 
 def test_a_new_trail_starts_from_the_settled_state() -> None:

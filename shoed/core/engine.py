@@ -298,11 +298,9 @@ class Engine:
         # A scratch engine handling a trail's inputs again: its checkpoints are pickles.
         self._replaying = False
         # The gate's and the indicator's sync of the latest handle(device_later=True): its
-        # Output and the holds it found, until settle_device() (or the next use of the state).
-        self._device_due: tuple[Output, list[Hold]] | None = None
-        # An error of a settle_device() after its events had gone: the next input's
-        # engine_error alarm.
-        self._device_error: str | None = None
+        # Output, the holds it found and the input's kind, until settle_device() (or the
+        # next use of the state).
+        self._device_due: tuple[Output, list[Hold], str] | None = None
 
     # -- public API ---------------------------------------------------------------------
 
@@ -330,7 +328,7 @@ class Engine:
         wait for them). Anything that reads or copies the state settles them first: the
         next input, :attr:`state`, a snapshot, a checkpoint. The requests, the events and
         the state are the same either way; only when the requests are worked out
-        differs."""
+        differs. A command's are worked out at once (it is answered with its Output)."""
         self.settle_device()
         full = isinstance(inp, CommandInput)
         if full or self._replaying:
@@ -342,7 +340,8 @@ class Engine:
             rollback = Replayed(trail, len(trail.inputs), self._replay)
         self.last_rollback = rollback
         try:
-            return self._handle(inp, rollback, device_later and not self._replaying)
+            return self._handle(inp, rollback,
+                                device_later and not full and not self._replaying)
         finally:
             if self._trail is not None and not self._replaying:
                 self._trail.inputs.append(inp)  # whatever it did, handling it again does
@@ -352,8 +351,9 @@ class Engine:
         self._at = inp.at
         self._mono = inp.mono if inp.mono is not None else inp.at
         try:
-            if self._device_error is not None:  # kept until an input is applied
-                self._alarm_momentary("engine_error", self._device_error)
+            if self._state.device_error is not None:  # kept until an input is applied
+                self._alarm_momentary("engine_error", self._state.device_error)
+                self._state.device_error = None
             if inp.mono is not None:
                 self._carry_over(inp)
             self._dispatch(inp)
@@ -361,8 +361,7 @@ class Engine:
             detail = hold_detail(self._state.shoe)
             self._sync_alarms(detail)
             self._report_if_due()
-            self._device_error = None
-            self._device_due = (self._out, detail)
+            self._device_due = (self._out, detail, inp.kind)
         except Refused as refusal:
             self._state = rollback()
             out = Output(ok=False, error=CommandError(refusal.code, refusal.message))
@@ -384,19 +383,20 @@ class Engine:
         device_later=True)``, added to its Output's ``device`` (nothing when none is due;
         handle() without it calls this itself). They come after the input's events, which
         may have gone by then, so an error here never undoes the input, with or without
-        `device_later`: the gate and the indicator stay as they were, and the next input
-        raises an ``engine_error`` alarm that says so."""
+        `device_later`: what the step had not asked for when it failed stays as it was,
+        and the next input raises an ``engine_error`` alarm that says so (the error is
+        kept in the state, ``device_error``, until then)."""
         due = self._device_due
         if due is None:
             return
         self._device_due = None
-        out, detail = due
+        out, detail, kind = due
         current, self._out = self._out, out
         try:
             self._sync_device(holds=hold_reasons(detail))
         except Exception as error:  # an engine bug must not take the table down
-            self._device_error = (f"the gate and the indicator not worked out after the "
-                                  f"event seq {self._state.seq}: {error!r}")
+            self._state.device_error = (f"the gate and the indicator not worked out after "
+                                        f"input {kind}: {error!r}")
         finally:
             self._out = current
 

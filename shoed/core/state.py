@@ -151,3 +151,7 @@ class EngineState(BaseModel):
     shoe_reports: list[dict[str, Any]] = Field(default_factory=list)
     gate_sent: bool | None = None
     indicator_sent: int | None = None
+    #: the gate's and the indicator's step failed after an input (Engine.settle_device):
+    #: the next input's engine_error alarm says this (in the state, so that a snapshot, a
+    #: trail's replay and a roll-back carry it as the live engine has it)
+    device_error: str | None = None
