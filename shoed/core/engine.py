@@ -42,7 +42,10 @@ Invariants:
   gives the board;
 - a refused command changes nothing and is answered with a stable error code;
 - no exception escapes :meth:`Engine.handle`: an internal fault is answered as an
-  ``engine_error`` alarm, and the state stays as it was before that input.
+  ``engine_error`` alarm, and the state stays as it was before that input; but for a
+  fault in the input's last step, the gate and the indicator (:meth:`Engine.settle_device`,
+  which may run after the input's events were sent): the input stands, and the next
+  input's ``engine_error`` alarm says what failed.
 
 Time: ``at`` (wall clock) stamps events (``ts``, ``drawn_at``, shoe ids); every duration
 (the pull timeout, card-jam pauses) is measured on ``mono`` (the uptime clock) when the
