@@ -31,6 +31,7 @@ from shoed.aio import in_background_thread
 from shoed.config import Settings
 from shoed.core.config import EngineConfig
 from shoed.core.engine import Engine, Output
+from shoed.core.events import event_json
 from shoed.core.inputs import INPUT_ADAPTER, Input, StorageStatus
 from shoed.status import TableStatus
 from shoed.store.journal import Journal, StorageError
@@ -117,7 +118,7 @@ class Recorder:
             for _, body in journal.inputs_after(after):
                 for event in engine.handle(INPUT_ADAPTER.validate_json(body)).events:
                     journal.add_event(event.seq, event.event_id, event.type,
-                                      event.model_dump_json())
+                                      event_json(event))
                 replayed += 1
         last_event = journal.event_range()[1]
         if last_event and engine.seq != last_event:
@@ -239,7 +240,7 @@ class Recorder:
         out = self.engine.handle(inp, device_later)
         add = self.outbox.add
         for event in out.events:
-            add(event.seq, event.event_id, event.type, event.model_dump_json())
+            add(event.seq, event.event_id, event.type, event_json(event))
         self._last_applied_input = input_id
         self._inputs_since_snapshot += 1
         return out
