@@ -6,6 +6,7 @@ Every event carries `schema_version`, `event_id`, `seq`, `instance`, `type`, `ts
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
@@ -172,18 +173,16 @@ EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event, config=ConfigDict(defer_b
 #: The event classes, as the Event union lists them.
 EVENT_TYPES: tuple[type[EventBase], ...] = get_args(get_args(Event)[0])
 
-# A card event's fields in the order of its JSON. event_json() writes that JSON itself only
-# while the model has exactly these (tests/test_event_json.py compares them).
-CARD_EVENT_FIELDS = ("schema_version", "type", "event_id", "seq", "instance", "ts",
-                     "table_id", "shoe_id", "hand_no", "drawn_at", "position", "card",
-                     "card_index", "device_card_index", "pull_id", "source",
-                     "exposed_during_betting", "read", "uid", "voided")
-_CARD_TEMPLATE = tuple(CardEvent.model_fields) == CARD_EVENT_FIELDS
+# A card event's JSON with its values left out, its fields in the model's order.
 _CARD_JSON = ('{"schema_version":%d,"type":"card","event_id":"%s","seq":%d,"instance":"%s",'
               '"ts":"%s","table_id":"%s","shoe_id":%s,"hand_no":%s,"drawn_at":"%s",'
               '"position":%s,"card":%s,"card_index":%s,"device_card_index":%s,'
               '"pull_id":%s,"source":"%s","exposed_during_betting":%s,"read":"%s",'
               '"uid":%s,"voided":%s}')
+#: The fields the template writes, read off it. event_json() uses the template only while
+#: the model has exactly these, in this order (tests/test_event_json.py compares them).
+CARD_EVENT_FIELDS = tuple(re.findall(r'"(\w+)":', _CARD_JSON))
+_CARD_TEMPLATE = tuple(CardEvent.model_fields) == CARD_EVENT_FIELDS
 
 
 def event_json(event: EventBase) -> str:
