@@ -60,16 +60,55 @@ def test_long_strings_and_many_fields() -> None:
     r = rejected(json.dumps({"request_id": "r", "operator": "o", "command": "void_shoe",
                              "reason": "x" * 51}), limits)
     assert r.code == "invalid_command" and "at most 50 characters" in r.message
+    assert r.message.startswith("reason: ")  # the field is named
     assert r.request_id == "r" and r.command == "void_shoe"
     long_key = rejected(json.dumps({"request_id": "r", "operator": "o", "command": "resume",
                                     "k" * 60: 1}), limits)
     assert "at most 50 characters" in long_key.message
+    assert long_key.message.startswith("a key in the payload: ")
+    nested = rejected(json.dumps({"request_id": "r", "operator": "o", "command": "resume",
+                                  "x": {"y": ["a", "z" * 51]}}), limits)
+    assert nested.message.startswith("x.y[1]: ") and "'zzzz" in nested.message
     many = {"request_id": "r", "operator": "o", "command": "resume",
             **{f"f{i}": i for i in range(4)}}
     r = rejected(json.dumps(many), limits)
     assert r.code == "invalid_json" and "at most 6 fields" in r.message and "got 7" in r.message
     assert not isinstance(parse_command(json.dumps({**many, "f3": None} | {}), ParseLimits(
         max_fields=7)), CommandRejection)
+
+
+def test_an_unknown_command_is_echoed() -> None:
+    """mqtt-api.md section 4: every answer echoes `command`, an unknown one too."""
+    r = rejected('{' + BASE + ', "command": "frobnicate"}')
+    assert r.code == "unknown_command" and r.command == "frobnicate" and r.request_id == "r1"
+    assert rejected('{' + BASE + ', "command": 3}').command is None
+    assert rejected('{' + BASE + ', "command": "' + "x" * 61 + '"}').command is None
+
+
+@pytest.mark.parametrize("trouble", [
+    '"hands": NaN', '"x": 1e999', '"to_seq": 100000000000000000000000000',
+    '"x": {"a": 1, "a": 2}', '"from_seq": 1, "from_seq": 2',
+])
+def test_an_ambiguous_payload_still_names_its_request(trouble: str) -> None:
+    """Refused as invalid_json, but its request_id and command, given once as strings,
+    are read so that the sender can match the answer to its request."""
+    r = rejected('{' + BASE + ', "command": "replay", ' + trouble + '}')
+    assert r.code == "invalid_json" and r.message.startswith("ambiguous JSON: ")
+    assert r.request_id == "r1" and r.command == "replay"
+
+
+@pytest.mark.parametrize("payload", [
+    '{"request_id": "a", "request_id": "b", "command": "resume", "x": NaN}',
+    '{"request_id": 7, "command": ["resume"], "x": NaN}',
+    '{"request_id": "", "command": "resume", "x": NaN}',
+    '[{"request_id": "a", "command": "resume", "x": NaN}]',
+    '{"request_id": "a", "command": "resume", "x": ' + "9" * 5000 + '}',
+])
+def test_an_ambiguous_payload_names_no_request_it_does_not_give_once(payload: str) -> None:
+    r = rejected(payload)
+    assert r.code == "invalid_json" and r.request_id is None
+    if payload.startswith('{"request_id": "a", "request_id"'):
+        assert r.command == "resume"
 
 
 @pytest.mark.parametrize("payload", ["[]", '"resume"', "3", "null", "true"])

@@ -107,6 +107,11 @@ def test_commands_round_trip(tmp_path: pathlib.Path, broker: PrivateMosquitto) -
             assert "hand_no" in missing["error"]["message"]
             unknown = await c.send({"request_id": "u1", "command": "explode", "operator": "x"})
             assert unknown["error"]["code"] == "unknown_command"
+            assert unknown["command"] == "explode"  # every answer echoes `command`
+            nan = await c.send({"request_id": "n1", "command": "recall", "operator": "x",
+                                "hands": float("nan")})  # json.dumps writes NaN
+            assert nan["error"]["code"] == "invalid_json"
+            assert (nan["request_id"], nan["command"]) == ("n1", "recall")
             wrong = await c.send({"request_id": "w1", "command": "close_betting",
                                   "operator": "gs", "hand_no": 99})
             assert wrong["error"]["code"] == "wrong_hand"

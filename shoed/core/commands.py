@@ -273,20 +273,47 @@ def _reader(limits: ParseLimits) -> json.JSONDecoder:
                             parse_int=integer, parse_float=real)
 
 
-def _long_string(data: Any, limit: int) -> str | None:
-    """The first string (key or value) longer than `limit`, shortened, or None."""
-    stack = [data]
+def _long_string(data: Any, limit: int) -> tuple[str, str] | None:
+    """The first string (key or value) longer than `limit`: where it is (``reason``,
+    ``x.y``, ``items[2]``, ``a key in x``) and its start; None when there is none."""
+    stack: list[tuple[Any, str]] = [(data, "")]
     while stack:
-        item = stack.pop()
+        item, where = stack.pop()
         if isinstance(item, str):
             if len(item) > limit:
-                return item[:20]
+                return where or "payload", item[:20]
         elif isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
+            for key, value in item.items():
+                if len(key) > limit:
+                    return f"a key in {where or 'the payload'}", key[:20]
+                stack.append((value, f"{where}.{key}" if where else key))
         elif isinstance(item, list):
-            stack.extend(item)
+            stack.extend((value, f"{where}[{i}]") for i, value in enumerate(item))
     return None
+
+
+def _readable_ids(text: str) -> tuple[str | None, str | None]:
+    """`request_id` and `command` of a payload refused as ambiguous (a key twice, NaN, an
+    integer beyond 2**53 - 1, too many fields), read leniently so the answer can still
+    name the request: each only when the top level is an object that gives it once, as
+    a string within the limits a valid command has; else None."""
+    try:
+        pairs = json.loads(text, object_pairs_hook=lambda items: items)
+    except (ValueError, RecursionError):  # e.g. an integer of more digits than int() takes
+        return None, None
+    if not isinstance(pairs, list) or not all(isinstance(p, tuple) for p in pairs):
+        return None, None
+    found: dict[str, list[Any]] = {}
+    for key, value in pairs:
+        found.setdefault(key, []).append(value)
+
+    def one(key: str, longest: int) -> str | None:
+        values = found.get(key, [])
+        if len(values) == 1 and isinstance(values[0], str) and 0 < len(values[0]) <= longest:
+            return values[0]
+        return None
+
+    return one("request_id", 200), one("command", 60)
 
 
 def parse_command(payload: bytes | str,
@@ -313,7 +340,8 @@ def parse_command(payload: bytes | str,
     try:
         data: Any = _reader(limits).decode(text)
     except _Ambiguous as error:
-        return CommandRejection(request_id=None, code="invalid_json",
+        request_id, name = _readable_ids(text)
+        return CommandRejection(request_id=request_id, code="invalid_json", command=name,
                                 message=f"ambiguous JSON: {error}")
     except (ValueError, RecursionError) as error:
         return CommandRejection(request_id=None, code="invalid_json",
@@ -324,18 +352,22 @@ def parse_command(payload: bytes | str,
     raw_id = data.get("request_id")
     request_id = raw_id if isinstance(raw_id, str) and 0 < len(raw_id) <= 200 else None
     name = data.get("command")
-    echoed = name if isinstance(name, str) and name in COMMAND_NAMES else None
+    # Echoed whatever it names (an unknown command's answer says which it was), when it is
+    # a string of ordinary length.
+    echoed = name if isinstance(name, str) and 0 < len(name) <= 60 else None
     if (long := _long_string(data, limits.max_string)) is not None:
+        where, start = long
         return CommandRejection(request_id=request_id, code="invalid_command", command=echoed,
-                                message=f"expected strings of at most {limits.max_string} "
-                                        f"characters, got one starting {long!r}")
+                                message=f"{where}: expected strings of at most "
+                                        f"{limits.max_string} characters, got one starting "
+                                        f"{start!r}")
     if not isinstance(name, str):
         return CommandRejection(request_id=request_id, code="invalid_command",
                                 message="command: expected a string naming the command, "
                                         f"got {type(name).__name__}")
     if name not in COMMAND_NAMES:
         return CommandRejection(
-            request_id=request_id, code="unknown_command",
+            request_id=request_id, code="unknown_command", command=echoed,
             message=f"expected one of {', '.join(sorted(COMMAND_NAMES))}, got {name[:60]!r}",
         )
     try:
