@@ -470,6 +470,104 @@ def test_realign_voids_interrupted_hand_and_deals_on() -> None:
     assert table.cmd("realign", card_index=4, position="P1").error.code == "hand_resolved"  # type: ignore[union-attr]
 
 
+def miscounted_commencement(mode: str) -> Table:
+    """A commencement card 3 (three burns) with two burned: the dealer's P1 (card 4, 4S)
+    was counted as the third burn, and the dealer's B1 (card 5, 5S) came after it."""
+    table = Table(betting_control=mode)
+    table.hello()
+    table.load()
+    for card in ["3H", "2C", "2D", "4S", "5S"]:
+        table.draw(card)
+    return table
+
+
+def test_realign_reaches_back_into_an_ended_commencement_stand_alone() -> None:
+    """mqtt-api.md: realign takes "a card of the current shoe not in a resolved hand": a
+    burn of a commencement that ended on the dealer's P1 (decisions.md 7)."""
+    table = miscounted_commencement("none")
+    table.draw("KD")  # the dealer's P2, the daemon's P1 of hand 1
+    assert table.state["hand_no"] == 1 and table.state["cards"][0]["card_index"] == 5
+    m = table.mark()
+    out = table.cmd("realign", card_index=4, position="P1")
+    assert out.ok and out.result == {"hand_no": 2}
+    assert table.of("hand_voided", m)[0].hand_no == 1  # the hand it interrupts
+    assert [(e.card_index, e.position, e.hand_no) for e in table.of("card", m)] == [
+        (4, "P1", 2), (5, "B1", 2), (6, "P2", 2)]
+    assert table.state["commencement"] == {"card": "3H", "burn_count": 2, "burns_drawn": 2}
+    for card in ["6C", "3D", "2H"]:  # B2; P3 (player 4 draws); B3 (banker 1 draws)
+        table.draw(card)
+    (result,) = table.of("hand_result")
+    assert (result.hand_no, result.winner, result.player_total, result.banker_total) == (
+        2, "player", 7, 3)
+    assert table.cmd("end_shoe").ok
+    (report,) = table.of("shoe_report")
+    assert report.cards_by_position["commencement_burn"] == 2
+    assert report.cards_by_position["hand"] == 6
+    assert (report.hands_played, report.hands_voided) == (1, 1)
+
+
+def test_realign_into_an_ended_commencement_keeps_an_unbegun_hand_number() -> None:
+    """In `commands` mode the dealer's B1 came while betting was open (an unnecessary
+    card): hand 1 had not begun, so nothing is voided and the new hand is hand 1."""
+    table = miscounted_commencement("commands")
+    assert table.state["next_hand"]["unnecessary_count"] == 1
+    m = table.mark()
+    out = table.cmd("realign", card_index=4, position="P1")
+    assert out.ok and out.result == {"hand_no": 1}
+    assert table.of("hand_voided", m) == []
+    assert [(e.card_index, e.position, e.hand_no) for e in table.of("card", m)] == [
+        (4, "P1", 1), (5, "B1", 1)]
+    assert table.state["shoe_state"] == "dealing" and table.state["betting"] == "closed"
+    for card in ["KD", "6C", "3D", "2H"]:
+        table.draw(card)
+    assert [(e.hand_no, e.winner) for e in table.of("hand_result")] == [(1, "player")]
+    refused = table.cmd("realign", card_index=3, position="burn")
+    assert refused.error is not None and refused.error.code == "unknown_card"
+    assert "commencement burn" in refused.error.message and "resolved" in refused.error.message
+    assert table.cmd("realign", card_index=1, position="burn").error.code == "unknown_card"  # type: ignore[union-attr]
+
+
+def test_realign_of_an_unbegun_hand_keeps_its_number() -> None:
+    """Cards drawn while betting is open belong to the next hand, which has not begun: a
+    realign at its first card starts that hand, no hand number is skipped."""
+    table = ready("commands")
+    table.draw("9S")
+    table.draw("8S")
+    m = table.mark()
+    out = table.cmd("realign", card_index=3, position="burn")
+    assert out.ok and out.result == {"hand_no": 1}
+    assert table.of("hand_voided", m) == []
+    for card in ["2S", "TH", "5D"]:  # P1 8S, B1 2S, P2 TH, B2 5D: 8 against 7
+        table.draw(card)
+    assert [(e.hand_no, e.winner) for e in table.of("hand_result")] == [(1, "player")]
+
+
+def test_realign_names_what_it_takes() -> None:
+    table = ready()
+    out = table.cmd("realign", card_index=99, position="P1")
+    assert out.error is not None and out.error.code == "unknown_card"
+    assert "commencement burn" in out.error.message and "commencement card" not in \
+        out.error.message
+    manual = table.cmd("manual_card", card_index=99, card="AS")
+    assert manual.error is not None and "the commencement card" in manual.error.message
+
+
+def test_a_held_commencement_offers_what_can_end_its_hold() -> None:
+    """No hand exists in commencement: its hold lists void_shoe, not void_hand, and a
+    void_hand there says so (decisions.md 10)."""
+    table = Table(betting_control="none")
+    table.hello()
+    table.load()
+    table.draw(UNREAD)
+    assert table.state["hold"]["allowed"] == ["manual_card", "void_shoe"]
+    table.draw("4C")
+    assert table.state["hold"]["allowed"] == ["manual_card", "realign", "void_shoe"]
+    out = table.cmd("void_hand", hand_no=1, reason="x")
+    assert out.error is not None and out.error.code == "unknown_hand"
+    assert "commencement" in out.error.message and "void_shoe" in out.error.message
+    assert table.cmd("void_shoe", reason="x").ok
+
+
 # -- rules 13, 14: faults, storage, gate and indicator --------------------------------------
 
 def test_faults_device_lost_and_storage() -> None:

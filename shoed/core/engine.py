@@ -1329,7 +1329,8 @@ class Engine:
         self._advance()
         return {"hand_no": hand.hand_no}
 
-    def _find_card(self, card_index: int) -> tuple[CardRec, Literal["commencement", "hand"]]:
+    def _find_card(self, card_index: int, command: Literal["manual_card", "realign"]
+                   = "manual_card") -> tuple[CardRec, Literal["commencement", "hand"]]:
         shoe = self._shoe_in_play()
         if shoe.phase == "commencement":
             for card in shoe.commencement.cards:
@@ -1344,9 +1345,10 @@ class Engine:
                     c["card_index"] == card_index for c in record["cards"]):
                 raise Refused("hand_resolved", f"card {card_index} belongs to hand "
                                                f"{record['hand_no']}, already resolved")
+        other = "the commencement card" if command == "manual_card" else \
+            "a commencement burn (before a hand of the shoe is resolved)"
         raise Refused("unknown_card", f"expected the index of a card of the unresolved hand, "
-                                      f"a pending card or the commencement card; got "
-                                      f"{card_index}")
+                                      f"a pending card or {other}; got {card_index}")
 
     def _cmd_manual_card(self, c: cmd.ManualCard) -> dict[str, Any]:
         try:
@@ -1420,6 +1422,9 @@ class Engine:
                                     "authenticated_as": self._sender,
                                     "result_withdrawn": True}
             return {"hand_no": c.hand_no, "result_withdrawn": True}
+        if shoe.phase == "commencement":
+            raise Refused("unknown_hand", f"shoe {shoe.shoe_id} is in commencement: it has no "
+                                          f"hand {c.hand_no} (void_shoe voids the shoe)")
         raise Refused("unknown_hand", f"expected the hand in progress or a resolved hand of "
                                       f"shoe {shoe.shoe_id}, got {c.hand_no}")
 
@@ -1453,28 +1458,15 @@ class Engine:
         return {}
 
     def _cmd_realign(self, c: cmd.Realign) -> dict[str, Any]:
-        card, where = self._find_card(c.card_index)
-        shoe = self._state.shoe
-        assert shoe is not None
-        if where == "commencement":
-            com = shoe.commencement
-            index = com.cards.index(card)
-            if index == 0:
-                raise Refused("unknown_card", "the commencement card cannot start a hand")
-            moved = com.cards[index:]
-            del com.cards[index:]
-            com.burn_count = len(com.cards) - 1
-            com.holds.clear()
-            self._open_betting()
-        else:
-            hand = shoe.hand
-            assert hand is not None
-            index = hand.cards.index(card)
-            moved = hand.cards[index:]
-            del hand.cards[index:]
-            if hand.cards or hand.in_progress:
+        shoe = self._shoe_in_play()
+        moved = self._realign_cards(shoe, c)
+        hand = shoe.hand
+        if hand is not None:
+            if hand.cards or hand.in_progress:  # the hand it interrupts
                 self._void_hand_in_progress(hand, f"realign at card {c.card_index}", c.operator)
-            shoe.hand = None
+                shoe.hand = None
+            else:  # it had not begun (its cards drawn while betting was open, all moved):
+                hand.unnecessary = 0  # the new hand keeps its number
         new = self._next_hand()
         new.has_burn = c.position == "burn"
         new.in_progress = True
@@ -1484,6 +1476,46 @@ class Engine:
             shoe.betting = "closed"
         self._advance()
         return {"hand_no": new.hand_no}
+
+    def _realign_cards(self, shoe: ShoeState, c: cmd.Realign) -> list[CardRec]:
+        """The cards from `c.card_index` on, in draw order, taken from where they were:
+        the unresolved hand's; the commencement's in progress (it ends there); or, while
+        no hand of the shoe has been resolved or voided, those of a commencement that
+        ended on a card of hand 1 (too few burns drawn), with the hand's after them
+        (decisions.md 7)."""
+        com = shoe.commencement
+        late = next((i for i, card in enumerate(com.cards)
+                     if i > 0 and card.card_index == c.card_index), None)
+        if shoe.phase != "commencement" and late is not None:
+            if shoe.resolved:
+                raise Refused("unknown_card", f"card {c.card_index} is a commencement burn, "
+                                              f"and hands of shoe {shoe.shoe_id} have been "
+                                              "resolved or voided since: it can no longer "
+                                              "start a hand")
+            moved = com.cards[late:]
+            del com.cards[late:]
+            com.burn_count = len(com.cards) - 1
+            if shoe.hand is not None:
+                moved += shoe.hand.cards
+                shoe.hand.cards = []
+            return moved
+        card, where = self._find_card(c.card_index, "realign")
+        if where == "commencement":
+            index = com.cards.index(card)
+            if index == 0:
+                raise Refused("unknown_card", "the commencement card cannot start a hand")
+            moved = com.cards[index:]
+            del com.cards[index:]
+            com.burn_count = len(com.cards) - 1
+            com.holds.clear()
+            self._open_betting()
+            return moved
+        hand = shoe.hand
+        assert hand is not None
+        index = hand.cards.index(card)
+        moved = hand.cards[index:]
+        del hand.cards[index:]
+        return moved
 
     def _cmd_report_misorder(self, c: cmd.ReportMisorder) -> dict[str, Any]:
         shoe = self._state.shoe

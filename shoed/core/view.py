@@ -262,12 +262,15 @@ def public_state(config: EngineConfig, state: EngineState) -> dict[str, Any]:
                                "unnecessary_count": nh.unnecessary if nh else 0}
     if held:
         card_index = next((c.card_index for _, c in holds if c is not None), None)
-        allowed = ["void_hand", "realign"]
+        if shoe.phase == "commencement":  # no hand to void: the shoe is (decisions.md 10)
+            allowed = (["realign"] if len(com.cards) > 1 else []) + ["void_shoe"]
+        else:
+            allowed = ["void_hand", "realign"]
         if any(r in ENTRY_HOLDS for r in reasons):
             allowed.insert(0, "manual_card")
         if not any(r in UNKNOWN_CARD_HOLDS for r in reasons):
             allowed.insert(0, "resume")
-        if UNSHUFFLED in reasons:
+        if UNSHUFFLED in reasons and "void_shoe" not in allowed:
             allowed.append("void_shoe")  # integrity.md section 2
         public["hold"] = {"reasons": reasons, "card_index": card_index, "allowed": allowed}
     return public
