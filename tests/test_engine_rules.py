@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from table import CUT, UNREAD, Table
 
+from shoed.core.cards import ALL_CARDS
 from shoed.core.inputs import DeviceItem, DeviceLink, StorageStatus
 
 # A hand with no third card: P 2+5=7... player 7 stands, banker 0+6=6 stands -> player.
@@ -468,6 +473,106 @@ def test_realign_voids_interrupted_hand_and_deals_on() -> None:
         table.draw(card)
     assert table.of("hand_result")[0].hand_no == 2
     assert table.cmd("realign", card_index=4, position="P1").error.code == "hand_resolved"  # type: ignore[union-attr]
+
+
+# -- rules 5, 6, 10: cards drawn while a hand is held, stand-alone ------------------------
+
+def held_then_dealt_on(profile: str, later: list[str], unread: bool = True) -> Table:
+    """Stand-alone, no gate: hand 1's B1 (card 5) unread and held; the dealer deals on,
+    one card a pull: P2, B2 (7 against 6 once B1 is entered as TH: hand 1 is complete),
+    then `later`, the next hand's cards."""
+    table = ready("none", unnecessary_cards=profile)
+    for card in ["9S", "2S", UNREAD if unread else "TH", "5D", "6C", *later]:
+        table.draw(card)
+    return table
+
+
+def test_cards_dealt_on_while_a_hand_is_held_are_the_next_hands() -> None:
+    """Rule 5: in stand-alone mode "the next card after a result is its burn; only surplus
+    cards of the pull that completed a hand are unnecessary" -- a hold in between changes
+    nothing of that (rule 10 places the pending cards when it ends)."""
+    for profile, later in (("burn_then_void", ["7H", "8H"]),
+                           ("burn_then_player", ["7H", "8H", "9H"])):
+        read = held_then_dealt_on(profile, later, unread=False)
+        held = held_then_dealt_on(profile, later)
+        assert held.state["shoe_state"] == "held"
+        assert held.cmd("manual_card", card_index=5, card="TH").ok
+        for table in (read, held):
+            (result,) = table.of("hand_result")
+            assert (result.hand_no, result.winner) == (1, "player")
+            assert table.state["shoe_state"] == "dealing" and table.state["hand_no"] == 2
+            assert table.of("shoe_voided") == []
+            assert [(c["position"], c["card"]) for c in table.state["cards"]] == list(
+                zip(["burn", "P1", "B1"], later, strict=False))
+
+
+def test_a_cover_open_hold_dealt_through_leaves_the_shoe_in_play() -> None:
+    table = ready("none", unnecessary_cards="burn_then_void")
+    table.draw("9S")
+    table.draw("2S")
+    table.fault(3, True)  # cover open: held until resume (rule 10)
+    table.fault(3, False)
+    for card in ["TH", "5D", "6C", "7H", "8H", "9H"]:
+        table.draw(card)
+    assert table.cmd("resume").ok
+    assert [(r.hand_no, r.winner) for r in table.of("hand_result")] == [(1, "player")]
+    assert table.of("shoe_voided") == []
+    assert [c["card"] for c in table.state["cards"]] == ["7H", "8H", "9H"]
+
+
+def test_the_completing_pulls_surplus_stays_unnecessary_after_a_hold() -> None:
+    """Rule 7: items of the completing pull beyond what the hand needs are unnecessary
+    cards, held or not: B2 with two more cards in its pull voids the shoe under
+    burn_then_void (the first is the next burn, the second voids)."""
+    for unread in (False, True):
+        table = ready("none", unnecessary_cards="burn_then_void")
+        for card in ["9S", "2S", UNREAD if unread else "TH", "5D"]:
+            table.draw(card)
+        table.draw("6C", "7H", "8H")
+        if unread:
+            assert table.of("shoe_voided") == []
+            assert table.cmd("manual_card", card_index=5, card="TH").ok
+        assert [(r.hand_no, r.winner) for r in table.of("hand_result")] == [(1, "player")]
+        (voided,) = table.of("shoe_voided")
+        assert voided.reason == "unnecessary_cards"
+        assert [(e.position, e.card) for e in table.of("card") if e.card in ("7H", "8H")][-2:] \
+            == [("burn", "7H"), ("unnecessary", "8H")]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.sampled_from(ALL_CARDS), min_size=12, max_size=40), st.data())
+def test_a_late_entry_deals_as_a_read_card_stand_alone(cards: list[str],
+                                                      data: st.DataObject) -> None:
+    """Metamorphic: one hand card unread and entered k pulls later (no gate, the dealer
+    deals on) gives the results and final positions of the same card read."""
+    profile = data.draw(st.sampled_from(["burn_then_void", "burn_then_player"]))
+    read = ready("none", unnecessary_cards=profile)
+    for card in cards:
+        read.draw(card)
+    hand_cards = [e.card_index for e in read.of("card")
+                  if e.position in ("P1", "B1", "P2", "B2", "P3", "B3")
+                  and e.card_index is not None and e.card_index > 2]
+    if not hand_cards:
+        return
+    chosen = data.draw(st.sampled_from(hand_cards))
+    delay = data.draw(st.integers(0, 3))
+    held = ready("none", unnecessary_cards=profile)
+    entered = False
+    for index, card in enumerate(cards, start=3):  # cards 1, 2: the commencement
+        held.draw(UNREAD if index == chosen else card)
+        if not entered and index == chosen + delay:
+            assert held.cmd("manual_card", card_index=chosen, card=cards[chosen - 3]).ok
+            entered = True
+    if not entered:
+        assert held.cmd("manual_card", card_index=chosen, card=cards[chosen - 3]).ok
+
+    def outcome(table: Table) -> tuple[Any, ...]:
+        final = {e.card_index: (e.position, e.hand_no) for e in table.of("card")}
+        results = [(r.hand_no, r.winner, r.player_total, r.banker_total)
+                   for r in table.of("hand_result")]
+        return results, final, table.state["shoe_state"]
+
+    assert outcome(held) == outcome(read)
 
 
 def miscounted_commencement(mode: str) -> Table:

@@ -1134,7 +1134,17 @@ class Engine:
         hand.cards = [c for c in hand.cards if c not in surplus]
         result = evaluate([c.card for c in dealt if c.card is not None])
         self._hand_resolved(hand, dealt, result)
-        self._finish_hand(hand, surplus)
+        # Cards left over once a hold ended (pending, rule 10). Those of the pull that
+        # completed the hand are unnecessary (rules 6, 7); in stand-alone mode a later
+        # pull's card is the next hand's burn, as if nothing had been held (rule 5:
+        # "only surplus cards of the pull that completed a hand are unnecessary"). In
+        # commands mode betting is open again, so every one is unnecessary either way.
+        last = dealt[-1] if dealt else None
+        same_pull = 0
+        while (same_pull < len(surplus) and last is not None and last.pull_id is not None
+               and surplus[same_pull].pull_id == last.pull_id):
+            same_pull += 1
+        self._finish_hand(hand, surplus[:same_pull], later=surplus[same_pull:])
 
     def _hand_resolved(self, hand: HandState, dealt: list[CardRec],
                        result: HandResult) -> None:
@@ -1152,19 +1162,24 @@ class Engine:
         recorded = {name: facts[name] for name in RECORD_RESULT_FIELDS}
         self._record(hand, result={**recorded, "payouts": payouts})
 
-    def _finish_hand(self, hand: HandState, leftovers: list[CardRec]) -> None:
-        """After a result or a void: end the shoe after its last hand, else open betting."""
+    def _finish_hand(self, hand: HandState, leftovers: list[CardRec],
+                     later: Sequence[CardRec] = ()) -> None:
+        """After a result or a void: end the shoe after its last hand, else open betting.
+        `leftovers`: cards of the pull that completed the hand, beyond what it needed
+        (unnecessary); `later`: cards of later pulls, drawn while it was held (dealt on)."""
         shoe = self._state.shoe
         assert shoe is not None
         shoe.hand = None
         if hand.last_hand or shoe.end_requested:
             self._end_shoe()
-            for card in leftovers:
+            for card in [*leftovers, *later]:
                 self._after_end(card)
             return
         self._open_betting()
         for card in leftovers:
             self._route(card, surplus=True)
+        for card in later:
+            self._route(card)
 
     def _record(self, hand: HandState, result: dict[str, Any] | None = None,
                 voided: dict[str, Any] | None = None) -> None:
