@@ -166,3 +166,20 @@ async def test_new_instance_restarts_at_seq_1_and_replay_pages(broker: Any) -> N
         assert len(got) == 11 and feed.instance == "bbbb0002"
     finally:
         await stop_tasks(consumer, runner)
+
+
+@pytest.mark.parametrize(("error", "held"), [
+    ({"code": "out_of_range", "message": "see first_seq", "first_seq": 40, "last_seq": 90},
+     (40, 90)),
+    ({"code": "out_of_range", "message": "nothing", "first_seq": 0, "last_seq": 0}, (0, 0)),
+    # a daemon before the fields: the message says it
+    ({"code": "out_of_range", "message": "expected from_seq..to_seq within 3..7, got 9..None"},
+     (3, 7)),
+    ({"code": "out_of_range", "message": "within 3..7", "first_seq": "3", "last_seq": 7},
+     (3, 7)),
+    ({"code": "out_of_range", "message": "no range"}, None),
+])
+def test_the_held_range_is_read_from_the_fields_else_from_the_message(
+        error: dict[str, Any], held: tuple[int, int] | None) -> None:
+    from shoed.client.feed import _held_range
+    assert _held_range(error) == held

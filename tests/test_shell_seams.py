@@ -182,6 +182,8 @@ def test_desk_answers_once_per_request_id_and_refuses_what_it_cannot_read(
             out = desk.handle(json.dumps({"request_id": "p2", "command": "replay",
                                           "operator": "x", "from_seq": 10**6}))
             assert out.body["error"]["code"] == "out_of_range" and out.replay is None
+            held = out.body["error"]["first_seq"], out.body["error"]["last_seq"]
+            assert held == daemon.recorder.journal.event_range() and held[0] == 1
     asyncio.run(main())
 
 

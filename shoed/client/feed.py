@@ -45,9 +45,13 @@ log = structlog.get_logger("shoed.client")
 _HELD = re.compile(r"within (\d+)\.\.(\d+)")
 
 
-def _held_range(message: str) -> tuple[int, int] | None:
-    """The journal's range, as the daemon's out_of_range message states it."""
-    found = _HELD.search(message)
+def _held_range(error: dict[str, Any]) -> tuple[int, int] | None:
+    """The journal's range, from an out_of_range error: its `first_seq` and `last_seq`,
+    or, from a daemon before them, as its message states it."""
+    first, last = error.get("first_seq"), error.get("last_seq")
+    if type(first) is int and type(last) is int:
+        return first, last
+    found = _HELD.search(str(error.get("message")))
     return (int(found[1]), int(found[2])) if found else None
 
 
@@ -423,7 +427,7 @@ class TableFeed(TableConnection):
                     log.warning("client_replay_refused", table=self.table, answer=answer)
                     await asyncio.sleep(self.grace_s)
                     continue
-                held = _held_range(str((answer.get("error") or {}).get("message")))
+                held = _held_range(answer.get("error") or {})
                 if held is not None and first < held[0]:
                     lost = EventsLost(self.instance, first, min(last, held[0] - 1))
                     log.error("client_events_lost", table=self.table, error=str(lost))

@@ -78,6 +78,13 @@ class CommandError(BaseModel):
 
     code: str
     message: str
+    roles: list[str] | None = Field(
+        default=None, description="`forbidden`: the roles that may send the command")
+    first_seq: int | None = Field(
+        default=None, description="`out_of_range`: the first event the journal holds "
+                                  "(0 with `last_seq` 0 when it holds none)")
+    last_seq: int | None = Field(
+        default=None, description="`out_of_range`: the last event the journal holds")
 
 
 class Answer(_Open):
