@@ -50,6 +50,11 @@ class Status(_Open):
     clock_synchronised: bool | None
     warnings: list[str]
     ts: float = Field(description="host time of this status, seconds since the Unix epoch")
+    run_id: str | None = Field(default=None, description="this run of the daemon (a new one "
+                               "at every start): two daemons on one root differ in it")
+    online_since: float | None = Field(
+        default=None, description="when this run first connected to the broker, seconds "
+                                  "since the Unix epoch (host time)")
 
 
 class Will(_Open):
@@ -68,7 +73,10 @@ class Device(_Open):
     serial_no: str | None
     boot_id: int | str | None
     capabilities: list[str]
-    last_seen: float | None
+    last_seen: float | None = Field(
+        description="host time of the shoe's last valid frame, seconds since the Unix "
+                    "epoch (the retained topics' times are epoch seconds; events' are "
+                    "ISO 8601 UTC)")
     faults: list[Any]
     storage_ok: bool
 
