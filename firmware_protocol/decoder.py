@@ -53,6 +53,11 @@ class StreamDecoder:
     def buffered(self) -> int:
         return len(self._buffer)
 
+    def reset(self) -> None:
+        """Forget a partial frame (the line it came from is gone); the counts stay."""
+        self._buffer.clear()
+        self._overflowing = False
+
     def feed(self, data: bytes) -> list[DecodeResult]:
         """Consume `data`; return what it completed, in order."""
         results: list[DecodeResult] = []

@@ -79,13 +79,18 @@ class MessageReceived:
 
 @dataclass(frozen=True, slots=True)
 class ProtocolMismatch:
-    """A frame with a good CRC and an unknown version/type: NAKed 3, its seq accepted."""
+    """A frame with a good CRC and an unknown version/type: NAKed 3, its seq accepted.
+
+    `gap` counts frames lost before it within the same boot, as for a
+    :class:`MessageReceived` (its seq is accepted, so the next frame cannot show them).
+    """
 
     seq: int
     version: int
     type_code: int
     detail: str
     dedup_after: DedupState
+    gap: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,6 +240,26 @@ class Link:
     def next_seq(self) -> int:
         return self._next_seq
 
+    def reopen(self, now: float) -> None:
+        """Host role: the line under the link was opened again (a replug, a reconnected
+        socket). The host's side of the link opens anew: its unacknowledged frames are
+        dropped and its `seq` starts again at 0 (spec section 3: "starting at 0 when the
+        link opens"), so the caller's `GET_INFO` is the first frame on the new line; the
+        state those frames carried is re-sent after the HELLO that answers it. Bytes not
+        yet written and a partial frame read from the old line are dropped. The device's
+        side stays (duplicate and continuity state, frames delivered and not recorded):
+        the line is the same shoe until a HELLO says otherwise. Liveness counts from
+        `now`."""
+        if self.role is not Role.HOST:
+            raise LinkError("expected the host role for reopen(), got the device role")
+        self._queue.clear()
+        self._in_flight = None
+        self._next_seq = 0
+        self._out.clear()
+        self._decoder.reset()
+        if not self._lost:
+            self._last_valid = now
+
     def data_to_send(self) -> bytes:
         data = bytes(self._out)
         self._out.clear()
@@ -298,11 +323,17 @@ class Link:
             elif isinstance(result, Unsupported):
                 self._valid(now)
                 self._control(Nak(NakReason.UNSUPPORTED))
+                gap = 0
                 if self.role is Role.HOST:
-                    # Its seq counts as accepted so the next frame shows no gap.
-                    self._dedup = DedupState(self._dedup.boot_id, result.seq)
+                    # Its seq counts as accepted so the next frame shows no gap: the gap
+                    # before it, if any, is reported with it.
+                    previous = self._previous()
+                    if previous.last_seq is not None and result.seq != previous.last_seq:
+                        gap = (result.seq - previous.last_seq - 1) % SEQ_MODULO
+                    self._dedup = DedupState(previous.boot_id, result.seq)
                 self._events.append(ProtocolMismatch(
-                    result.seq, result.version, result.type_code, result.detail, self._dedup))
+                    result.seq, result.version, result.type_code, result.detail, self._dedup,
+                    gap))
             else:
                 self._valid(now)
                 message = decode_message(result.type_code, result.payload)
@@ -320,8 +351,16 @@ class Link:
             self._lost = False
             self._events.append(PeerAlive())
 
+    def _previous(self) -> DedupState:
+        """The duplicate-detection state after every frame delivered so far: the last
+        delivered and not yet recorded, else the recorded one."""
+        return self._delivered[-1] if self._delivered else self._dedup
+
     def _on_device_frame(self, message: Message, seq: int) -> None:
-        boot = self._dedup.boot_id
+        # The boot the frame belongs to is the newest delivered, recorded or not: a HELLO
+        # read in the same chunk as the frames after it has not been recorded yet.
+        previous = self._previous()
+        boot = previous.boot_id
         new_boot = isinstance(message, Hello) and message.boot_id != boot
         after_boot = message.boot_id if isinstance(message, Hello) else boot
         after = DedupState(after_boot, seq)
@@ -331,12 +370,11 @@ class Link:
             # included): no ACK, no second delivery (durability rule).
             self.stats["duplicates"] += 1
             return
-        if not new_boot and self._dedup.last_seq == seq:
+        if not new_boot and boot == self._dedup.boot_id and self._dedup.last_seq == seq:
             self.stats["duplicates"] += 1
             self._control(Ack(seq))  # a retransmission of what we hold: ACK again
             return
         gap = 0
-        previous = self._delivered[-1] if self._delivered else self._dedup
         if not new_boot and previous.last_seq is not None:
             gap = (seq - previous.last_seq - 1) % SEQ_MODULO
         self._delivered.append(after)

@@ -7,12 +7,14 @@ import os
 import pathlib
 import subprocess
 import time
+from typing import Any
 
 import pytest
 from faultlab import kill_run, scale
 from rig import rig, wait_for
 from test_daemon_e2e import check_shoe
 
+from firmware_protocol import MessageReceived
 from shoed.device.transports import UsbTransport
 from shoed.sim.broker import PrivateMosquitto
 from shoed.sim.shoe import Script, SimulatedShoe
@@ -65,7 +67,19 @@ def test_pty_closed_and_reopened(tmp_path: pathlib.Path, broker: PrivateMosquitt
             await wait_for(lambda: any(a["code"] == "device_lost" and a["active"]
                                        for a in c.of("alarm")), 10, "device_lost raised")
             await asyncio.sleep(0.5)
+            host_frames: list[tuple[str, int]] = []
+            handle = r.shoe.on_link_event
+
+            def seen(event: Any, now: float) -> None:
+                if isinstance(event, MessageReceived):
+                    host_frames.append((type(event.message).__name__, event.seq))
+                handle(event, now)
+
+            r.shoe.on_link_event = seen  # type: ignore[method-assign]
             r.pty.plug()  # a new pty behind the same symlink, as udev's /dev/shoe
+            await wait_for(lambda: host_frames, 10, "a host frame on the new line")
+            # The host opens the link anew: GET_INFO first, seq 0 (spec section 3).
+            assert host_frames[0] == ("GetInfo", 0)
             await wait_for(lambda: c.of("shoe_ended"), 60, "the shoe to end")
             await wait_for(lambda: r.daemon.outbox.depth() == 0, 10, "outbox drained")
             check_shoe(c.events, r.shoe.dealt)

@@ -23,6 +23,7 @@ from firmware_protocol import (
     Nak,
     PeerAlive,
     PeerLost,
+    ProtocolMismatch,
     Role,
     SetIndicator,
     StreamDecoder,
@@ -319,3 +320,65 @@ def test_refusing_a_frame_withdraws_the_unread_ones_after_it() -> None:
     assert host.next_event() is None
     host.receive_data(wire(card(1), 10), 0.3)  # the device retransmits
     assert [e.seq for e in events(host)] == [10]
+
+
+def test_a_hello_read_with_the_frames_after_it_gives_them_its_boot() -> None:
+    """The durability rule records (boot_id, last seq): a frame read in the same chunk as
+    the new boot's HELLO, before the HELLO is recorded, belongs to that boot."""
+    host = Link(Role.HOST, 0.0, dedup=DedupState(0xAA, 1))
+    host.receive_data(wire(Hello(1, 0xBB, 0, "1", "S"), 0) + wire(Heartbeat(0, 0), 1), 0.0)
+    hello, beat = events(host)
+    assert hello.dedup_after == DedupState(0xBB, 0)
+    # seq 1 equals the old boot's last seq: not taken for its retransmission
+    assert (beat.seq, beat.gap, beat.dedup_after) == (1, 0, DedupState(0xBB, 1))
+    host.ack(0)
+    host.ack(1)
+    assert host.dedup_state == DedupState(0xBB, 1)
+    host.receive_data(wire(Heartbeat(0, 0), 1), 0.3)  # now a retransmission
+    assert events(host) == [] and frames_of(host.data_to_send())[-1][2] == Ack(1)
+
+
+def test_a_frame_of_unknown_type_reports_the_gap_before_it() -> None:
+    """Spec section 3 (continuity) with section 2 (an unknown type's seq is accepted, so
+    the next frame shows no gap): the gap is reported with the unknown frame."""
+    unknown = build_frame(0x55, 3, b"\x01")
+    host = Link(Role.HOST, 0.0, dedup=DedupState(0xAA, 0))
+    host.receive_data(unknown, 0.0)
+    (mismatch,) = events(host)
+    assert isinstance(mismatch, ProtocolMismatch) and (mismatch.seq, mismatch.gap) == (3, 2)
+    assert mismatch.dedup_after == DedupState(0xAA, 3)
+    host.receive_data(wire(Heartbeat(0, 0), 4), 0.1)
+    (beat,) = events(host)
+    assert beat.gap == 0
+    host.ack(4)
+    host.receive_data(build_frame(0x55, 5, b""), 0.2)  # next in line: no gap
+    host.receive_data(build_frame(0x55, 5, b""), 0.3)  # sent again: no gap either
+    assert [(e.seq, e.gap) for e in events(host)] == [(5, 0), (5, 0)]
+    fresh = Link(Role.HOST, 0.0)  # nothing recorded: nothing to compare with
+    fresh.receive_data(unknown, 0.0)
+    assert [e.gap for e in events(fresh)] == [0]
+
+
+def test_a_reopened_line_opens_the_hosts_side_anew() -> None:
+    host = Link(Role.HOST, 0.0, dedup=DedupState(0xAA, 7))
+    host.send(GetInfo(), 0.0)
+    host.receive_data(wire(Ack(0), 0) + wire(Hello(1, 0xAA, 0b1111, "1", "S"), 8), 0.0)
+    (_delivered, _hello) = events(host)
+    host.ack(8)
+    host.send(SetIndicator(1), 0.1)  # in flight, never ACKed: the line is pulled
+    host.receive_data(b"\x05\x01\x02", 0.2)  # half a frame from the old line
+    sent = frames_of(host.data_to_send())
+    assert [(t, seq) for t, seq, _ in sent] == [(GetInfo.TYPE, 0), (0x7E, 0),
+                                                (SetIndicator.TYPE, 1)]
+    host.reopen(9.0)
+    assert host.data_to_send() == b"" and host.pending_count == 0
+    assert host.send(GetInfo(), 9.0) == 0  # GET_INFO first, seq 0 (spec section 3)
+    assert frames_of(host.data_to_send()) == [(GetInfo.TYPE, 0, GetInfo())]
+    assert host.get_timer() == pytest.approx(9.25)  # its retransmission, not the old frame
+    # the device's side stays: a retransmission of its last frame is not delivered again
+    host.receive_data(wire(Hello(1, 0xAA, 0b1111, "1", "S"), 8), 9.1)
+    assert events(host) == [] and frames_of(host.data_to_send()) == [(0x7E, 0, Ack(8))]
+    host.handle_timer(13.9)
+    assert not host.peer_lost  # liveness counts from the reopen
+    with pytest.raises(LinkError, match="host role"):
+        Link(Role.DEVICE, 0.0).reopen(1.0)

@@ -341,3 +341,34 @@ def test_frames_split_across_reads_at_every_offset(tmp_path: pathlib.Path,
             t.check(dealt)
             assert t.daemon.session.link is not None and not t.daemon.session.link.discards
     asyncio.run(main())
+
+
+def test_a_gap_before_a_frame_of_unknown_type_is_a_loss(tmp_path: pathlib.Path,
+                                                         broker: PrivateMosquitto) -> None:
+    """Spec section 2: a frame of an unknown type has its seq accepted, so the next frame
+    shows no gap; section 3: a seq jump within a boot is a loss. A lost frame just before
+    such a frame is still reported: cards_lost, and the hand is held."""
+    dealt = cards(3)
+
+    async def main() -> None:
+        async with table(tmp_path, broker) as t:
+            frames = shoe_frames(dealt)
+            for seq, data in enumerate(frames):
+                await t.shoe.write(data)
+                await t.shoe.acked(seq)
+            await t.wait_cards(len(dealt))
+            lost = len(frames)  # never arrives
+            await t.shoe.write(build_frame(0x55, lost + 1, b"\x01"))  # NAKed 3, accepted
+            await t.shoe.write(frame(Card(200, 9, 9, 1, 1, 1, optical_code("9S"), 95),
+                                     lost + 2))
+            await t.shoe.acked(lost + 2)
+            await wait_for(lambda: [a for a in t.collector.of("alarm")
+                                    if a["code"] == "cards_lost" and a["active"]], 10,
+                           "cards_lost")
+            assert [a["code"] for a in t.collector.of("alarm")
+                    if a["code"] in ("cards_lost", "protocol_mismatch")] == [
+                "cards_lost", "protocol_mismatch"]
+            await wait_for(lambda: t.collector.retained.get("state", {}).get("hold"), 10,
+                           "the hold")
+            assert "cards_lost" in t.collector.retained["state"]["hold"]["reasons"]
+    asyncio.run(main())

@@ -67,6 +67,7 @@ class DeviceSession:
         self.on_timer_ok: Callable[[], None] = lambda: None
         self._accepting = True
         self._wrong_device = False
+        self._opened = False  # a transport was opened before: the next one reopens the link
         self._device_requests: list[DeviceRequest] = []
         self._unlogged: list[Any] = []
         self._timer: asyncio.TimerHandle | None = None
@@ -96,8 +97,13 @@ class DeviceSession:
                 self._on_frame(event)
             elif isinstance(event, ProtocolMismatch):
                 self.log.warning("protocol_mismatch", detail=event.detail, seq=event.seq)
-                self._commit([Notice(**stamp(self.recorder.uptime), code="protocol_mismatch",
-                                     message=event.detail)], event.dedup_after)
+                stamped = stamp(self.recorder.uptime)
+                lost: list[Input] = []
+                if event.gap:  # frames lost before it (spec section 3: continuity)
+                    self.log.warning("cards_lost", lost=event.gap, seq=event.seq)
+                    lost.append(DeviceGap(**stamped, lost=event.gap))
+                self._commit([*lost, Notice(**stamped, code="protocol_mismatch",
+                                            message=event.detail)], event.dedup_after)
             elif isinstance(event, FrameRejected):
                 self.log.info("frame_rejected", reason=event.reason, detail=event.detail)
             elif isinstance(event, PeerLost):
@@ -267,7 +273,11 @@ class DeviceSession:
         self.status.set(device_open=True)
         self.log.info("device_opened", transport=transport.description)
         try:
-            self.link.send(GetInfo(), time.monotonic())  # the host opens the link
+            # The host opens the link: anew on a reopened line, GET_INFO first (seq 0).
+            if self._opened:
+                self.link.reopen(time.monotonic())
+            self._opened = True
+            self.link.send(GetInfo(), time.monotonic())
             self._flush()
             while True:  # chunks go to _receive; read() reports the loss
                 self._receive(await transport.read())
