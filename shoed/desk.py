@@ -212,14 +212,15 @@ class CommandDesk:
             return Answer(refusal(parsed.request_id, parsed.code, parsed.message,
                                   parsed.command, sender))
         # A retained payload that is not a command: still answered once only, remembered
-        # by its request_id or, without one, by the payload's hash.
+        # by the payload's hash (not by a request_id it may name: that id may belong to
+        # a command answered before, or to come; decisions.md 106).
         payload = incoming.payload.encode() if isinstance(incoming.payload, str) \
             else incoming.payload
         digest = hashlib.sha256(payload).hexdigest()[:32]
-        request_id = parsed.request_id or f"retained:{digest}"
-        if self._remembered(sender, request_id) is not None:
+        remembered_as = f"retained:{digest}"
+        if self._remembered(sender, remembered_as) is not None:
             return Answer(None)
-        return self._remember((sender, request_id, digest), refusal(
+        return self._remember((sender, remembered_as, digest), refusal(
             parsed.request_id, "retained_command_ignored",
             f"a retained message is never applied (and this one is not a command: "
             f"{parsed.message})", parsed.command, sender))

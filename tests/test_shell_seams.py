@@ -18,6 +18,7 @@ from rig import Collector, make_settings, wait_for
 from test_daemon_e2e import check_shoe
 
 from shoed.daemon import Daemon
+from shoed.desk import Incoming
 from shoed.device.loopback import LoopbackTransport
 from shoed.sim.broker import PrivateMosquitto
 from shoed.sim.shoe import Script, SimulatedShoe
@@ -184,6 +185,15 @@ def test_desk_answers_once_per_request_id_and_refuses_what_it_cannot_read(
             assert out.body["error"]["code"] == "out_of_range" and out.replay is None
             held = out.body["error"]["first_seq"], out.body["error"]["last_seq"]
             assert held == daemon.recorder.journal.event_range() and held[0] == 1
+            # A retained payload that is not a command, naming an id already answered:
+            # answered once all the same, remembered by its hash, not by that id.
+            retained = Incoming('{"request_id": "c1", "command": "recall", "hands": NaN}',
+                                retained=True)
+            first_time = desk.handle(retained)
+            assert first_time.body is not None and first_time.body["request_id"] == "c1"
+            assert first_time.body["error"]["code"] == "retained_command_ignored"
+            assert desk.handle(retained).body is None  # delivered again: answered once
+            assert desk.handle(json.dumps(command)).body == first.body  # c1 still c1's
     asyncio.run(main())
 
 
@@ -220,8 +230,6 @@ def test_mqtt_service_publishes_the_outbox_in_order_and_answers_commands(
 
 
 def test_recall_carries_who_sent_an_action_and_what_they_typed(tmp_path: pathlib.Path) -> None:
-    from shoed.desk import Incoming
-
     async def main() -> None:
         async with table(tmp_path, "whole") as (daemon, _, deal):
             desk = daemon.desk

@@ -257,6 +257,12 @@ def _reader(limits: ParseLimits) -> json.JSONDecoder:
         raise _Ambiguous(f"{name} is not a JSON number")
 
     def integer(text: str) -> int:
+        # More digits than 2**53 - 1 has: beyond it, without asking int() (which refuses
+        # more than 4300 digits, and would take long over 16 KiB of them).
+        if len(text.lstrip("-")) > len(str(MAX_SAFE_INTEGER)):
+            raise _Ambiguous(f"integer {text[:30]}... ({len(text.lstrip('-'))} digits) is "
+                             "beyond 2**53 - 1 (it would not be read exactly by every JSON "
+                             "reader)")
         number = int(text)
         if abs(number) > MAX_SAFE_INTEGER:
             raise _Ambiguous(f"integer {text[:30]} is beyond 2**53 - 1 (it would not be read "
@@ -297,9 +303,10 @@ def _readable_ids(text: str) -> tuple[str | None, str | None]:
     integer beyond 2**53 - 1, too many fields), read leniently so the answer can still
     name the request: each only when the top level is an object that gives it once, as
     a string within the limits a valid command has; else None."""
-    try:
-        pairs = json.loads(text, object_pairs_hook=lambda items: items)
-    except (ValueError, RecursionError):  # e.g. an integer of more digits than int() takes
+    try:  # numbers are not needed here: not converted (no digit limit, no range)
+        pairs = json.loads(text, object_pairs_hook=lambda items: items,
+                           parse_int=len, parse_float=len, parse_constant=len)
+    except (ValueError, RecursionError):
         return None, None
     if not isinstance(pairs, list) or not all(isinstance(p, tuple) for p in pairs):
         return None, None
@@ -357,6 +364,7 @@ def parse_command(payload: bytes | str,
     echoed = name if isinstance(name, str) and 0 < len(name) <= 60 else None
     if (long := _long_string(data, limits.max_string)) is not None:
         where, start = long
+        where = where if len(where) <= 100 else f"{where[:97]}..."
         return CommandRejection(request_id=request_id, code="invalid_command", command=echoed,
                                 message=f"{where}: expected strings of at most "
                                         f"{limits.max_string} characters, got one starting "

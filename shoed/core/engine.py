@@ -1178,8 +1178,14 @@ class Engine:
         self._open_betting()
         for card in leftovers:
             self._route(card, surplus=True)
+        # Pull by pull, as they came (_apply_items): a pull that completes a hand here
+        # has its cards after that unnecessary too.
+        pull: int | None = None
+        resolved_before = 0
         for card in later:
-            self._route(card)
+            if card.pull_id is None or card.pull_id != pull:
+                pull, resolved_before = card.pull_id, self._resolutions()
+            self._route(card, surplus=self._resolutions() != resolved_before)
 
     def _record(self, hand: HandState, result: dict[str, Any] | None = None,
                 voided: dict[str, Any] | None = None) -> None:
@@ -1476,6 +1482,9 @@ class Engine:
         shoe = self._shoe_in_play()
         moved = self._realign_cards(shoe, c)
         hand = shoe.hand
+        # A cut card (or end_shoe) in the hand being repaired makes the new hand the last:
+        # the cards are the same, only their count was wrong (rule 9).
+        last = hand is not None and hand.last_hand
         if hand is not None:
             if hand.cards or hand.in_progress:  # the hand it interrupts
                 self._void_hand_in_progress(hand, f"realign at card {c.card_index}", c.operator)
@@ -1489,6 +1498,10 @@ class Engine:
         self._enter(shoe, "dealing")
         if self.config.betting_control == "commands":
             shoe.betting = "closed"
+        if last and not new.last_hand:
+            new.last_hand = True
+            self._emit(ev.LastHand, hand_no=new.hand_no,
+                       reason="end_shoe" if shoe.end_requested else "cut_card")
         self._advance()
         return {"hand_no": new.hand_no}
 
