@@ -253,6 +253,20 @@ def test_cut_card_between_hands_commands_mode_unnecessary_become_after_end() -> 
     assert positions(table, m) == [("after_shoe_end", "8S")]
 
 
+def test_between_hands_the_state_names_the_newest_hand_finished_voided_or_not() -> None:
+    table = ready()
+    table.draw("9S")
+    for card in STAND_HAND:
+        table.draw(card)
+    assert table.state["hand_no"] == 1
+    table.draw("8S")  # hand 2's burn
+    assert table.cmd("void_hand", hand_no=2, reason="dropped card").ok
+    assert table.state["shoe_state"] == "between_hands" and table.state["hand_no"] == 2
+    m = table.mark()
+    table.draw(CUT)  # between hands: the hand just finished, voided, was the last
+    assert [e.hand_no for e in table.of("last_hand", m)] == [2]
+
+
 def test_cut_card_in_commencement_and_second_cut_card() -> None:
     table = Table(betting_control="none")
     table.load()

@@ -1278,8 +1278,10 @@ class Engine:
                 hand.last_hand = True
                 self._emit(ev.LastHand, hand_no=hand.hand_no, reason=reason)
             return
-        # Between hands: the hand just finished was the last one.
-        self._emit(ev.LastHand, hand_no=shoe.last_resolved, reason=reason)
+        # Between hands: the hand just finished (by a result or a void) was the last one.
+        # (A next hand that has not begun, its cards drawn while betting was open, is not.)
+        finished = shoe.hand_no - (1 if shoe.hand is not None else 0)
+        self._emit(ev.LastHand, hand_no=finished or None, reason=reason)
         self._end_shoe()
 
     # -- commands -------------------------------------------------------------------------

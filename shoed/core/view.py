@@ -251,8 +251,8 @@ def public_state(config: EngineConfig, state: EngineState) -> dict[str, Any]:
                                    if p in (None, "surplus")]
         if hand.in_progress:
             public["next_position"] = next_position(hand)
-    elif shoe.last_resolved is not None:
-        public["hand_no"] = shoe.last_resolved
+    elif shoe.hand_no:  # between hands: the newest hand finished, by a result or a void
+        public["hand_no"] = shoe.hand_no
     if shoe.betting == "open":
         nh = hand
         derived = positions(nh) if nh is not None else ()
