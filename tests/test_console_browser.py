@@ -416,6 +416,7 @@ class SpecDaemon:
         self.root = root
         self.commands: list[tuple[str, dict[str, Any]]] = []
         self.alarms = [dict(a) for a in ALARMS]
+        self.roles = ROLES
 
     async def run(self, ready: asyncio.Event) -> None:
         async with aiomqtt.Client("127.0.0.1", self.port, identifier="spec-daemon") as client:
@@ -439,9 +440,9 @@ class SpecDaemon:
                 await self.answer(client, user, body)
 
     async def answer(self, client: aiomqtt.Client, user: str, body: dict[str, Any]) -> None:
-        if user not in ROLES:
+        if user not in self.roles:
             return
-        role, allowed = ROLES[user]
+        role, allowed = self.roles[user]
         command = body["command"]
         ok, error, result = True, None, None
         if command not in allowed:
@@ -633,4 +634,115 @@ def test_the_page_through_the_shipped_acl_login_refused_then_per_user_commands(
                                               "[data-command=manual_card]").is_enabled()
             finally:
                 await stop_tasks(answering)
+    asyncio.run(main())
+
+
+class AwkwardDaemon(SpecDaemon):
+    """SpecDaemon with the moments an outside review found the page wrong in:
+    - it answers whoami on the shared {root}/cmd too (as `anonymous`, a supervisor), and
+      leaves the first per-user whoami of "late1" unanswered, as a daemon that was away;
+    - it answers `resume` only after `resume_delay_s` (a daemon restarting);
+    - `publish_state` puts out another hold while a page has a confirm open."""
+
+    def __init__(self, port: int, resume_delay_s: float) -> None:
+        super().__init__(port)
+        self.roles = {**ROLES, "late1": ("auditor", ["recall", "replay", "roads", "whoami"])}
+        self.resume_delay_s = resume_delay_s
+        self.ignored_whoami: set[str] = set()
+
+    async def run(self, ready: asyncio.Event) -> None:
+        async with aiomqtt.Client("127.0.0.1", self.port, identifier="awkward") as client:
+            self.client = client
+            await client.subscribe(f"{self.root}/cmd", qos=1)
+            await client.subscribe(f"{self.root}/cmd/by/+", qos=1)
+            await self.publish_state(state_message(self.alarms))
+            ready.set()
+            async for message in client.messages:
+                topic = str(message.topic)
+                body = json.loads(message.payload)  # type: ignore[arg-type]
+                if topic == f"{self.root}/cmd":
+                    if body["command"] == "whoami":
+                        await client.publish(f"{self.root}/cmd/response", json.dumps({
+                            "request_id": body["request_id"], "command": "whoami", "ok": True,
+                            "error": None, "result": {"authenticated_as": "anonymous",
+                                                      "role": "supervisor",
+                                                      "commands": ROLES["super1"][1]}}),
+                            qos=1)
+                    continue
+                user = topic.rsplit("/", 1)[1]
+                self.commands.append((user, body))
+                if (user == "late1" and body["command"] == "whoami"
+                        and user not in self.ignored_whoami):
+                    self.ignored_whoami.add(user)
+                    continue
+                if body["command"] == "resume":
+                    asyncio.get_running_loop().call_later(
+                        self.resume_delay_s, lambda b=body, u=user: asyncio.ensure_future(
+                            self.answer(client, u, b)))
+                    continue
+                await self.answer(client, user, body)
+
+    async def publish_state(self, state: dict[str, Any]) -> None:
+        assert self.client is not None
+        await self.client.publish(f"{self.root}/state", json.dumps(state), qos=1, retain=True)
+
+
+
+
+@pytest.mark.daemon_pending
+def test_the_page_keeps_its_user_confirms_only_its_hold_and_shows_late_answers(
+        tmp_path: pathlib.Path, ws_broker) -> None:
+    async def main() -> None:
+        daemon = AwkwardDaemon(ws_broker.port, resume_delay_s=11.0)
+        ready = asyncio.Event()
+        task = asyncio.create_task(daemon.run(ready))
+        await asyncio.wait_for(ready.wait(), 10)
+        settings = console_settings(tmp_path, ws_broker.ws_url, table="T7")
+        try:
+            async with console_browser(settings, tables=["T7"]) as b:
+                # whoami unanswered on the user's topic, answered on the shared one: the
+                # page asks its own topic again and never becomes "anonymous".
+                late = await b.page("late1", query="?table=T7")
+                await late.wait_for_selector("[data-testid=role][data-role=auditor]"
+                                             "[data-mode=per_user]", timeout=10_000)
+                assert not [body for user, body in daemon.commands
+                            if user == "late1" and body["command"] != "whoami"
+                            and body["command"] not in ("recall", "roads")]
+                superv = await b.page("super1", query="?table=T7")
+                await superv.wait_for_selector("[data-testid=role][data-mode=per_user]",
+                                               timeout=10_000)
+                # A confirm opened from a hold goes when that hold is released elsewhere.
+                await superv.click("[data-testid=hold-action][data-command=manual_card]")
+                await superv.wait_for_selector("[data-testid=card-picker]", timeout=5_000)
+                other = state_message(daemon.alarms)
+                other["hold"] = {"reasons": ["shoe_unshuffled"], "card_index": None,
+                                 "allowed": ["resume", "void_hand", "realign", "void_shoe"]}
+                other["seq"] = 78
+                await daemon.publish_state(other)
+                await superv.wait_for_selector("[data-testid=confirm]", state="detached",
+                                               timeout=5_000)
+                # Realign on a hold that names no card: the card is typed first.
+                await superv.click("[data-testid=hold-action][data-command=realign]")
+                send = superv.locator("[data-testid=confirm-send]")
+                assert await send.is_disabled()
+                await superv.fill("[data-testid=realign-card]", "40")
+                assert await send.is_enabled()
+                await send.click()
+                await superv.wait_for_selector(
+                    "[data-testid=response][data-command=realign]", timeout=10_000)
+                realigns = [body for user, body in daemon.commands
+                            if body["command"] == "realign"]
+                assert realigns and realigns[-1]["card_index"] == 40
+                # A command answered after the page stopped waiting: shown as pending, then
+                # as what the daemon did.
+                await superv.click("[data-testid=hold-action][data-command=resume]")
+                await superv.click("[data-testid=confirm-send]")
+                await superv.wait_for_selector("[data-testid=response][data-command=resume]"
+                                               "[data-pending=true]", timeout=15_000)
+                done = superv.locator("[data-testid=response][data-command=resume]"
+                                      "[data-pending=false][data-ok=true]")
+                await done.wait_for(timeout=15_000)
+                assert "answered late" in (await done.text_content() or "")
+        finally:
+            await stop_tasks(task)
     asyncio.run(main())

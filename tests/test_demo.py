@@ -343,3 +343,35 @@ def test_scripts_demo_prints_nothing_noisy_before_the_demo(tmp_path: pathlib.Pat
                          capture_output=True, text=True, timeout=300, check=True)
     assert out.stderr == "", out.stderr
     assert out.stdout.startswith("usage: shoed demo"), out.stdout[:500]
+
+
+def test_a_default_broker_without_websockets_gets_the_demo_its_own(
+        tmp_path: pathlib.Path, demos: list[Demo], broker: PrivateMosquitto) -> None:
+    """Debian's mosquitto (which installing it starts on 1883) has no WebSockets listener:
+    a demo on it would print a console URL whose page never connects. The demo starts its
+    own broker then, and there any console user acts as a supervisor."""
+    with_console = [arg for arg in FAST if arg != "--no-console"]
+    demo = Demo(tmp_path, "--duration", "4", *with_console,
+                env={"SHOED_MQTT__URL": broker.url})
+    demos.append(demo)
+    demo.wait_for(r"^console: http://")
+    demo.wait_for(r"has no WebSockets listener")
+    demo.wait_for(r"started the demo's own mosquitto")
+    demo.wait_for(r"any user name signs in as a supervisor")
+    assert demo.wait(30) == 0
+    assert_clean(demo)
+
+
+def test_the_demo_rides_out_a_broker_restart(tmp_path: pathlib.Path, demos: list[Demo],
+                                             broker: PrivateMosquitto) -> None:
+    demo = start(demos, tmp_path, "--broker", broker.url, "--no-console", "--unread-rate",
+                 "0", *FAST)
+    demo.wait_for(r"^hand 1: ")
+    broker.stop()
+    demo.wait_for(r"retrying in", timeout=20)
+    broker.start()
+    after = len(demo.lines)
+    demo.wait_for(r"^hand \d+: ", after=after, timeout=60)  # the view carries on
+    assert demo.proc.poll() is None
+    assert demo.interrupt() == 0
+    assert "failed" not in demo.text

@@ -34,6 +34,7 @@ import sys
 import tempfile
 import textwrap
 import time
+import urllib.parse
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -41,6 +42,7 @@ import aiomqtt
 
 from shoed import logs
 from shoed.config import ConfigError, Settings, load_settings
+from shoed.console.server import ws_url as console_ws_url
 from shoed.daemon import Daemon
 from shoed.roads_cli import client_args, parse_board, render_board
 
@@ -352,6 +354,14 @@ class GameServer:
             self.opened.put_nowait(int(s.get("seq") or 0))
         self._last = betting
 
+    def reconnected(self) -> None:
+        """A new connection: the retained `state` comes again, and betting still open then
+        is closed (a close_betting sent as the broker went may never have arrived; a
+        repeat answers ok and changes nothing)."""
+        self._last = None
+        while not self.opened.empty():
+            self.opened.get_nowait()
+
     async def run(self, publish: Publish) -> None:
         while True:
             await self.opened.get()
@@ -546,6 +556,8 @@ async def watch_table(settings: Settings, view: TableView, game: GameServer | No
     while True:
         try:
             async with aiomqtt.Client(**client_args(settings, identifier)) as client:
+                if game is not None:
+                    game.reconnected()
                 for topic in ("events", "state", "roads", "cmd/response"):
                     await client.subscribe(f"{root}/{topic}", qos=1)
                 backoff = 0.5
@@ -587,8 +599,15 @@ async def watch_table(settings: Settings, view: TableView, game: GameServer | No
                             seen.add(str(payload.get("event_id")))
                             view.event(payload)
                             gate.event(payload)
-        except aiomqtt.MqttError as error:
-            view.note(f"broker {settings.mqtt.urls[0]}: {error}; retrying in {backoff:g} s",
+        except (aiomqtt.MqttError, BaseExceptionGroup) as failure:
+            # The broker lost while the task group ran comes wrapped in a group.
+            why: BaseException = failure
+            if isinstance(failure, BaseExceptionGroup):
+                lost, rest = failure.split(aiomqtt.MqttError)
+                if rest is not None or lost is None:
+                    raise
+                why = lost.exceptions[0]
+            view.note(f"broker {settings.mqtt.urls[0]}: {why}; retrying in {backoff:g} s",
                       YELLOW)
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 5.0)
@@ -714,15 +733,24 @@ async def _demo(args: argparse.Namespace) -> int:
         settings = _with(settings, table={"id": fixed or DEMO_TABLE},
                          mqtt={"topic_prefix": None})
     try:
-        if args.own_broker or not answers(host, port):
+        own = args.own_broker or not answers(host, port)
+        why = "as asked" if args.own_broker else \
+            f"no broker answered at {settings.mqtt.urls[0]}"
+        if not own and not args.no_console and not (args.broker or args.config):
+            # The broker found by default (Debian's own mosquitto, say) must also take the
+            # console's WebSockets, or the page could never connect.
+            ws = urllib.parse.urlsplit(console_ws_url(settings))
+            if not answers(ws.hostname or host, ws.port or 9001):
+                own = True
+                why = (f"the broker at {settings.mqtt.urls[0]} has no WebSockets listener "
+                       f"for the console ({ws.geturl()})")
+        if own:
             broker = PrivateMosquitto(websockets=True)
             try:
                 broker.start()
             except BrokerError as error:
                 raise DemoError(f"could not start mosquitto: {error} (its files are in "
                                 f"{broker.dir})") from None
-            why = "as asked" if args.own_broker else \
-                f"no broker answered at {settings.mqtt.urls[0]}"
             banner.append(f"{why}: started the demo's own mosquitto on port {broker.port} "
                           f"(WebSockets on {broker.ws_port}); it stops with the demo")
             host, port = "127.0.0.1", broker.port
@@ -730,6 +758,12 @@ async def _demo(args: argparse.Namespace) -> int:
                                              "username": None, "password_file": None,
                                              "ca_file": None, "cert_file": None,
                                              "key_file": None})
+            if not args.no_console:
+                # Its own broker takes anyone on this machine only: whoever signs in to
+                # the console acts as a supervisor (a real table maps users to roles).
+                settings = _with(settings, auth={"default_role": "supervisor"})
+                banner.append("console: on the demo's own broker any user name signs in "
+                              "as a supervisor")
             table_id = settings.table.id
         else:
             banner.append(f"using the broker at {settings.mqtt.urls[0]}")

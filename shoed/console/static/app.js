@@ -24,6 +24,7 @@ function start(config, login) {
   const view = document.getElementById("view");
   const link = new Link(config.broker.url, login.username, login.password, (state, detail) => {
     banner(state, detail);
+    if (window.shoedPage && window.shoedPage.onLinkState) window.shoedPage.onLinkState(state);
     if (state === "refused") {
       sessionStorage.removeItem(KEY);
       showLogin(config, `The broker refused ${login.username || "the login"}: ${detail || "not authorised"}`);

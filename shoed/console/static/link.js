@@ -89,7 +89,10 @@ export class Link {
 // If the per-user topic gives no answer within the timeout, the page asks once on the
 // table's shared {root}/cmd: a daemon that answers there but does not know `whoami`
 // predates per-user commands ("shared" mode: commands go to {root}/cmd, the broker's ACL
-// decides); no answer at all leaves the page read-only (every command button disabled).
+// decides). A daemon that does know it serves per-user topics: the silence was the daemon
+// or the broker away (a restart, an outage), so the page asks on the per-user topic once
+// more and never takes the shared topic's identity ("anonymous") for its user. No answer
+// leaves the page read-only (every command button disabled) until the daemon is back.
 export class Commander {
   constructor(link, root, username, timeoutS, onChange) {
     this.link = link;
@@ -101,7 +104,8 @@ export class Commander {
     this.role = null;
     this.commands = null; // null: unknown (shared mode: every button enabled)
     this.waiting = new Map();
-    this.log = []; // newest first: {command, ok, code, message, at}
+    this.late = new Map(); // request_id -> its log entry, sent and not answered in time
+    this.log = []; // newest first: {command, ok, code, message, at, pending, late}
     this.mine = `${root}/cmd/response/${username}`;
     link.subscribe(this.mine, (data) => this._answer(data));
     link.subscribe(`${root}/cmd/response`, (data) => this._answer(data));
@@ -120,6 +124,16 @@ export class Commander {
   _answer(data) {
     if (!data || typeof data !== "object") return;
     const wait = this.waiting.get(String(data.request_id));
+    const entry = this.late.get(String(data.request_id));
+    if (!wait && entry) {
+      // A command that had no answer in time (the daemon was away) was answered after
+      // all: it may have been applied. The log says what happened, not what was feared.
+      this.late.delete(String(data.request_id));
+      Object.assign(entry, { ok: !!data.ok, code: data.error && data.error.code,
+        message: data.error && data.error.message, pending: false, late: true });
+      this.onChange();
+      return;
+    }
     if (!wait) return;
     this.waiting.delete(String(data.request_id));
     clearTimeout(wait.timer);
@@ -147,39 +161,48 @@ export class Commander {
     });
   }
 
+  _perUserAnswer(answer) {
+    this.mode = "per_user";
+    const r = answer.ok && answer.result ? answer.result : {};
+    this.role = r.role || null;
+    this.commands = Array.isArray(r.commands) ? r.commands : [];
+    this.onChange();
+  }
+
+  _readOnly() {
+    this.mode = "read_only";
+    this.role = null;
+    this.commands = [];
+    this.onChange();
+  }
+
   async whoami() {
-    const perUser = await this._request(`${this.root}/cmd/by/${this.username}`, "whoami", {},
-      this.timeoutMs);
-    if (!perUser.timeout) {
-      this.mode = "per_user";
-      const r = perUser.ok && perUser.result ? perUser.result : {};
-      this.role = r.role || null;
-      this.commands = Array.isArray(r.commands) ? r.commands : [];
-      this.onChange();
-      return;
-    }
+    const perUserTopic = `${this.root}/cmd/by/${this.username}`;
+    const perUser = await this._request(perUserTopic, "whoami", {}, this.timeoutMs);
+    if (!perUser.timeout) return this._perUserAnswer(perUser);
     const shared = await this._request(`${this.root}/cmd`, "whoami", {}, this.timeoutMs);
-    if (shared.timeout) {
-      this.mode = "read_only";
-      this.role = null;
-      this.commands = [];
-    } else if (shared.ok && shared.result) {
-      this.mode = "shared";
-      this.role = shared.result.role || null;
-      this.commands = Array.isArray(shared.result.commands) ? shared.result.commands : null;
-    } else {
-      this.mode = "shared"; // a daemon from before roles: the broker's ACL decides
-      this.role = null;
-      this.commands = null;
+    if (shared.timeout) return this._readOnly();
+    if (shared.ok && shared.result) {
+      // It knows whoami, so it serves this user's topic: ask there again.
+      const again = await this._request(perUserTopic, "whoami", {}, this.timeoutMs);
+      return again.timeout ? this._readOnly() : this._perUserAnswer(again);
     }
+    this.mode = "shared"; // a daemon from before roles: the broker's ACL decides
+    this.role = null;
+    this.commands = null;
     this.onChange();
   }
 
   async send(command, fields = {}, { quiet = false } = {}) {
     const answer = await this._request(this.topic, command, fields, 10000);
     if (!quiet) {
-      this.log.unshift({ command, ok: !!answer.ok, code: answer.error && answer.error.code,
-        message: answer.error && answer.error.message, at: new Date() });
+      const entry = { command, ok: !!answer.ok, code: answer.error && answer.error.code,
+        message: answer.error && answer.error.message, at: new Date(),
+        pending: !!answer.timeout, late: false };
+      // Sent, not answered in time: the broker keeps it for the daemon, which may still
+      // apply it. Its answer, when it comes, updates this entry.
+      if (answer.timeout) this.late.set(answer.request_id, entry);
+      this.log.unshift(entry);
       this.log.length = Math.min(this.log.length, 20);
       this.onChange();
     }

@@ -190,13 +190,14 @@ export class TablePage {
 
   renderHeader() {
     const s = this.state || {};
-    const online = this.status ? !!this.status.online : null;
+    // Without the broker the retained status is only the last one seen: not "online".
+    const online = !this.link.connected ? null : this.status ? !!this.status.online : null;
     const kv = (label, value, testid) => h("div", { class: "kv", "data-testid": testid }, label, h("b", {}, value ?? "\u2014"));
     const shoeState = s.shoe_state ? human(s.shoe_state) : "\u2014";
     put(this.els.header, 
       h("span", { class: "table-name" }, `Table ${this.tableId}`),
       h("span", { class: `badge ${online ? "ok" : online === false ? "bad" : "warn"}`, "data-testid": "online" },
-        online ? "online" : online === false ? "offline" : "no status"),
+        !this.link.connected ? "no broker" : online ? "online" : online === false ? "offline" : "no status"),
       kv("Shoe", s.shoe_id ? String(s.shoe_id).slice(-12) : null, "shoe-id"),
       kv("State", shoeState, "shoe-state"),
       kv("Hand", s.hand_no, "hand-no"),
@@ -206,6 +207,12 @@ export class TablePage {
       h("span", { class: "role", "data-testid": "role", "data-role": this.cmd.role || "", "data-mode": this.cmd.mode }, this._roleText()),
       h("a", { href: "/", style: "color:var(--gold)" }, "Pit"),
       h("button", { onclick: () => { sessionStorage.removeItem("shoed.console.login"); location.reload(); } }, "Sign out"));
+  }
+
+  // The broker connection came or went: what depends on it is drawn again at once.
+  onLinkState() {
+    this.renderHealth();
+    this.renderControls();
   }
 
   _roleText() {
@@ -353,15 +360,18 @@ export class TablePage {
   }
 
   // ---- hold and commands --------------------------------------------------------------
-  button(command, label, fields, cls = "", testid = "command") {
+  button(command, label, fields, cls = "", testid = "command", hold = null) {
     return h("button", { class: cls, "data-testid": testid, "data-command": command,
       disabled: !this.cmd.allows(command),
       title: this.cmd.allows(command) ? "" : "not allowed for this user (or not connected)",
-      onclick: () => this.openConfirm(command, fields) }, label || COMMAND_NAMES[command] || human(command));
+      onclick: () => this.openConfirm(command, fields, hold) }, label || COMMAND_NAMES[command] || human(command));
   }
 
-  openConfirm(command, fields) {
-    this.confirm = { command, fields: { ...fields }, card: null, reason: NEEDS_REASON.has(command) ? "supervisor" : null, position: "burn" };
+  // `hold`: the key of the hold the confirm was opened from (holdKey); when that hold
+  // ends or becomes another one (someone else released it), the confirm is dropped: its
+  // card and hand were that hold's.
+  openConfirm(command, fields, hold = null) {
+    this.confirm = { command, fields: { ...fields }, card: null, reason: NEEDS_REASON.has(command) ? "supervisor" : null, position: "burn", hold };
     this.renderControls();
   }
 
@@ -370,7 +380,10 @@ export class TablePage {
     if (!c) return;
     const fields = { ...c.fields };
     if (c.command === "manual_card") { if (!c.card) return; fields.card = c.card; }
-    if (c.command === "realign") fields.position = c.position;
+    if (c.command === "realign") {
+      if (!Number.isInteger(fields.card_index)) return;
+      fields.position = c.position;
+    }
     if (NEEDS_REASON.has(c.command)) fields.reason = c.reason || "supervisor";
     this.confirm = null;
     this.renderControls();
@@ -392,6 +405,17 @@ export class TablePage {
       parts.push(picker);
     }
     if (c.command === "realign") {
+      // The card that starts the new hand: the hold's card when it names one, else typed
+      // (a hold of the shoe's order names none).
+      const index = h("input", { "data-testid": "realign-card", type: "number", min: "1", step: "1",
+        value: Number.isInteger(c.fields.card_index) ? String(c.fields.card_index) : "",
+        oninput: (ev) => {
+          const n = Number(ev.target.value);
+          c.fields.card_index = ev.target.value !== "" && Number.isInteger(n) && n > 0 ? n : null;
+          const send = ev.target.closest("[data-testid=confirm]").querySelector("[data-testid=confirm-send]");
+          if (send) send.disabled = !Number.isInteger(c.fields.card_index);
+        } });
+      parts.push(h("label", {}, "Card # ", index));
       const sel = h("select", { "data-testid": "realign-position", onchange: (ev) => { c.position = ev.target.value; } },
         h("option", { value: "burn" }, "burn"), h("option", { value: "P1" }, "P1"));
       sel.value = c.position;
@@ -401,7 +425,8 @@ export class TablePage {
       parts.push(h("label", {}, "Reason ", h("input", { "data-testid": "reason", value: c.reason,
         oninput: (ev) => { c.reason = ev.target.value; } })));
     }
-    const ready = c.command !== "manual_card" || !!c.card;
+    const ready = c.command === "manual_card" ? !!c.card
+      : c.command === "realign" ? Number.isInteger(c.fields.card_index) : true;
     parts.push(h("div", { class: "actions" },
       h("button", { class: NEEDS_REASON.has(c.command) ? "danger" : "primary", "data-testid": "confirm-send", disabled: !ready,
         onclick: () => this.sendConfirm() }, c.command === "manual_card" ? (c.card ? `Enter ${cardLabel(c.card)}` : "Pick the card") : `Send ${COMMAND_NAMES[c.command] || c.command}`),
@@ -414,6 +439,8 @@ export class TablePage {
     const hold = s.hold;
     const holdEl = this.els.hold;
     holdEl.hidden = !hold;
+    const key = hold ? `${hold.card_index ?? ""}|${(hold.reasons || []).join(",")}|${s.hand_no ?? ""}` : null;
+    if (this.confirm && this.confirm.hold && this.confirm.hold !== key) this.confirm = null;
     if (hold) {
       const reasons = hold.reasons || [];
       const inConfirm = this.confirm && (hold.allowed || []).includes(this.confirm.command) && !SUPERVISOR.includes(this.confirm.command);
@@ -426,14 +453,17 @@ export class TablePage {
           const fields = {};
           if (command === "manual_card" || command === "realign") fields.card_index = hold.card_index;
           if (command === "void_hand") fields.hand_no = s.hand_no;
-          return this.button(command, null, fields, command.startsWith("void") ? "danger" : "primary", "hold-action");
+          return this.button(command, null, fields, command.startsWith("void") ? "danger" : "primary", "hold-action", key);
         })),
         inConfirm ? this.confirmPanel() : null);
     }
     const commandsMode = s.betting === "open" || s.betting === "closed";
     const supervisorConfirm = this.confirm && !(hold && (hold.allowed || []).includes(this.confirm.command) && !SUPERVISOR.includes(this.confirm.command));
-    const log = this.cmd.log.map((l) => h("li", { class: l.ok ? "ok" : "refused", "data-testid": "response", "data-command": l.command, "data-ok": String(l.ok), "data-code": l.code || "" },
-      `${l.at.toISOString().slice(11, 19)} ${COMMAND_NAMES[l.command] || l.command}: ${l.ok ? "done" : `refused \u2014 ${l.code}${l.message ? `: ${l.message}` : ""}`}`));
+    const outcome = (l) => l.pending
+      ? "no answer yet \u2014 the daemon may be away; it may still apply this when it is back, and its answer will show here"
+      : `${l.ok ? "done" : `refused \u2014 ${l.code}${l.message ? `: ${l.message}` : ""}`}${l.late ? " (answered late)" : ""}`;
+    const log = this.cmd.log.map((l) => h("li", { class: l.pending ? "waiting" : l.ok ? "ok" : "refused", "data-testid": "response", "data-command": l.command, "data-ok": String(l.ok), "data-code": l.code || "", "data-pending": String(!!l.pending) },
+      `${l.at.toISOString().slice(11, 19)} ${COMMAND_NAMES[l.command] || l.command}: ${outcome(l)}`));
     put(this.els.controls, h("h2", {}, "Supervisor"),
       h("div", { class: "actions" },
         commandsMode ? this.button("close_betting", null, {}) : null,
