@@ -495,6 +495,13 @@ def test_roles_per_user_ack_alarm_and_pit_from_spec_messages(
                                              timeout=10_000)
                 # The board: every cell where {root}/roads puts it.
                 await check_roads(superv)
+                # At 1024 px the bead plate (9 hands: 2 columns) starts at its first column:
+                # its newest column is in view without scrolling the first ones away.
+                await mute.wait_for_selector("[data-testid=bead-plate] [data-col]",
+                                             timeout=10_000)
+                await mute.wait_for_timeout(100)
+                assert await mute.evaluate(
+                    "document.querySelector('[data-testid=bead-plate]').scrollLeft") == 0
                 # Active alarms newest first; the ackable one has the button.
                 ids = [await superv.locator("[data-testid=alarm]").nth(i)
                        .get_attribute("data-alarm-id") for i in range(2)]

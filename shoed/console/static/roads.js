@@ -18,8 +18,13 @@ function grid(kind, rows, cells, minCols, draw, testid) {
     g.append(el);
   }
   const wrap = h("div", { class: "road", "data-testid": testid }, g);
-  // Keep the newest columns in view, as a scoreboard does.
-  requestAnimationFrame(() => { wrap.scrollLeft = wrap.scrollWidth; });
+  // Keep the newest column in view, as a scoreboard does, scrolled no further: the empty
+  // columns kept after it must not push the first ones out of a narrow view.
+  let newest = null;
+  for (const el of g.children) if (!newest || Number(el.dataset.col) > Number(newest.dataset.col)) newest = el;
+  requestAnimationFrame(() => {
+    wrap.scrollLeft = newest ? Math.max(0, newest.offsetLeft + newest.offsetWidth - wrap.clientWidth + 2) : 0;
+  });
   return wrap;
 }
 
