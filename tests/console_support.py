@@ -94,7 +94,8 @@ SNAPSHOT_OBSERVER = """() => {
     const result = document.querySelector('[data-testid=result][data-state=result]');
     if (!result || !result.dataset.hand || window.__snaps[result.dataset.hand]) return;
     const cards = [...document.querySelectorAll('[data-testid=hand] [data-testid=card]')]
-      .map(c => ({position: c.dataset.position || null, card: c.dataset.card}));
+      .map(c => ({position: c.dataset.position || null, card: c.dataset.card,
+                  manual: c.classList.contains('manual')}));
     const payouts = Object.fromEntries([...result.querySelectorAll('[data-testid=payout]')]
       .map(p => [p.dataset.bet, Number(p.dataset.value)]));
     const flags = Object.fromEntries([...result.querySelectorAll('[data-flag]')]

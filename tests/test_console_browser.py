@@ -190,6 +190,10 @@ def test_unread_card_shows_the_hold_and_manual_card_from_the_page_resolves_it(
                 result = next(e for e in c.of("hand_result") if e["hand_no"] == hand_no)
                 check_snapshot(snap, result)
                 assert truth in (result["player_cards"] + result["banker_cards"])
+                # The card entered by hand is marked so in the live hand, not only in the
+                # event (the state that follows lists no `source`).
+                assert any(card["card"] == truth and card["manual"] for card in snap["cards"]
+                           ), snap["cards"]
                 assert not await page.locator("[data-testid=hold]").is_visible()
     asyncio.run(main())
 

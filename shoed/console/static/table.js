@@ -90,7 +90,12 @@ export class TablePage {
     const inHand = (state.cards || []).length || (state.pending_cards || []).length;
     if (inHand && state.shoe_state !== "commencement") {
       if (this.hand.hand_no !== state.hand_no || this.hand.result) this._newHand(state.hand_no);
-      this.hand.cards = new Map((state.cards || []).map((c) => [c.position, c]));
+      // The state lists no `source`: a card entered by hand keeps its mark from its event.
+      const known = new Map([...this.hand.cards.values()].map((c) => [c.card_index, c]));
+      this.hand.cards = new Map((state.cards || []).map((c) => {
+        const seen = known.get(c.card_index);
+        return [c.position, seen && seen.card === c.card && seen.source ? { ...c, source: seen.source } : c];
+      }));
       this.hand.pending = new Map((state.pending_cards || []).map((c) => [c.card_index, c]));
     } else if (state.shoe_state === "commencement") {
       this._newHand(null);
