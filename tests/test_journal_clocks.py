@@ -7,6 +7,7 @@ clock again from a small value; "a kill -9" drops the journal without closing it
 
 from __future__ import annotations
 
+import json
 import math
 import pathlib
 
@@ -94,6 +95,35 @@ def test_kill9_loses_at_most_the_unsaved_part(tmp_path: pathlib.Path) -> None:
     journal = clocks.open(tmp_path / "state")
     assert journal.uptime.now() == pytest.approx(13.0)
     journal.close()
+
+
+def test_kill9_goes_on_from_the_newest_inputs_reading_of_the_uptime(
+        tmp_path: pathlib.Path) -> None:
+    """The inputs recorded after the last save carry `mono`: a pull begun before a kill -9
+    and finished after it must not find its 3 s timeout stretched by the lost seconds."""
+    clocks = Clocks()
+    journal = clocks.open(tmp_path / "state")
+    clocks.pass_(4.0)  # saved at 0 s, next due at 5 s
+    journal.record([(1.0, json.dumps({"kind": "tick", "at": 1.0,
+                                      "mono": journal.uptime.now()}))], "[1, 3]")
+    clocks.pass_(0.1)
+    kill(journal)  # at 4.1 s: the saved uptime says 0
+    clocks.mono = 1.0
+    journal = clocks.open(tmp_path / "state")
+    assert journal.uptime.now() == pytest.approx(4.0)  # from the recorded input, not 0
+    kill(journal)
+    journal = clocks.open(tmp_path / "state")  # and it was saved so
+    assert journal.uptime.now() == pytest.approx(4.0)
+    journal.close()
+    for body in ("{not json", "[]", json.dumps({"mono": None})):  # nothing to go on
+        other = Clocks()
+        j = other.open(tmp_path / f"other{len(body)}")
+        with j.transaction():
+            j.add_input(1.0, body)
+        kill(j)
+        reopened = other.open(tmp_path / f"other{len(body)}")
+        assert reopened.uptime.now() == 0.0
+        reopened.close()
 
 
 @pytest.mark.parametrize("step", [HOUR, 25 * HOUR, 400 * DAY])

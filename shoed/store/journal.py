@@ -25,6 +25,7 @@ from __future__ import annotations
 import datetime as dt
 import fcntl
 import json
+import math
 import os
 import pathlib
 import secrets
@@ -328,6 +329,7 @@ class Journal:
             with self.transaction():  # with the record log's entries the database lacked
                 self.set_meta("clean_stop", "0")
                 self._save_uptime()
+            self._uptime_after_inputs()
             self._reuse_records()  # what the file held is in the database now
         except BaseException:
             self._close_db()
@@ -560,6 +562,21 @@ class Journal:
         self._next_input_id = first + len(rows)
         self._pending.append(Entry(rows, first - 1, dedup))
         return [row[0] for row in rows]
+
+    def _uptime_after_inputs(self) -> None:
+        """A kill -9 loses the uptime not yet saved (up to UPTIME_SAVE_EVERY_S), but the
+        inputs recorded meanwhile carry their reading of it (`mono`): the clock goes on
+        from the newest one, so that a duration begun before the kill and ended after it
+        (the 3 s pull timeout) is not stretched by what was lost."""
+        row = self._run("SELECT body FROM inputs ORDER BY id DESC LIMIT 1").fetchone()
+        try:
+            mono = json.loads(row[0]).get("mono") if row is not None else None
+        except (ValueError, AttributeError):  # not an input's JSON: nothing to go on
+            return
+        if isinstance(mono, int | float) and math.isfinite(mono) and mono > self.uptime.now():
+            self._uptime = Uptime(float(mono), self._monotonic)
+            with self.transaction():
+                self._save_uptime()
 
     def _save_uptime(self) -> None:
         if self._uptime is not None:

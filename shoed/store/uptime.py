@@ -9,7 +9,9 @@ never makes anything look older than it is.
 `now()` is the base kept in the journal plus the monotonic time since this run started.
 The journal saves it now and then and at stop; a kill -9 loses at most the part not yet
 saved, which only makes things look younger (kept a little longer), never older. The time
-the daemon was not running is not counted either: the same direction.
+the daemon was not running is not counted either: the same direction. At open the journal
+takes the newest recorded input's reading (`mono`) when it is later than the saved base,
+so that a duration an input began before a kill -9 (the pull timeout) is not stretched.
 """
 
 from __future__ import annotations
