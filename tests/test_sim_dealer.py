@@ -12,11 +12,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shoed.core.cards import ALL_CARDS
+from shoed.core.commands import CloseBetting
 from shoed.core.config import EngineConfig
 from shoed.core.engine import Engine
 from shoed.core.errors import RulesError
 from shoed.core.game import next_needed
-from shoed.core.inputs import DeviceItem, DeviceShoeLoaded
+from shoed.core.inputs import CommandInput, DeviceItem, DeviceShoeLoaded
 from shoed.core.integrity import DETECTORS, IntegrityThresholds
 from shoed.sim.shoe import CUT, DealerModel, hand_complete, points
 
@@ -210,3 +211,30 @@ def test_the_dealer_waits_for_betting_also_when_a_pull_ran_over_into_the_next_bu
     assert shoe._dealer is not None
     hands = shoe._dealer.hands_done
     assert 3 <= hands <= 20.0 / BETTING_LOCK_WAIT_S + 1, hands
+
+
+def test_in_commands_mode_a_cut_card_after_close_betting_makes_that_hand_the_last() -> None:
+    """Rule 5: in commands mode a hand is in progress from close_betting on, before its
+    burn; rule 9: a cut card during a hand makes it the last. The dealer's model and the
+    engine agree (the model once ended the shoe there and loaded the next one)."""
+    watch_off = IntegrityThresholds(**dict.fromkeys(DETECTORS, 0))
+    engine = Engine(EngineConfig(table_id="x", betting_control="commands", integrity=watch_off))
+    engine.handle(DeviceShoeLoaded(at=0.0))
+    dealer = DealerModel()
+    cards = ["AS", "2C", CUT, "9S", "2S", "TH", "5D", "6C"]  # commence; cut; burn, a hand
+    for pull_id, card in enumerate(cards, start=1):
+        if card == CUT:
+            engine.handle(CommandInput(at=0.0, command=CloseBetting(
+                request_id="c1", operator="gs", command="close_betting")))
+            dealer.betting_closed()
+            item = DeviceItem(at=0.0, item="cut", pull_id=pull_id, pull_pos=1, pull_size=1)
+        else:
+            item = DeviceItem(at=0.0, item="card", card=card, pull_id=pull_id, pull_pos=1,
+                              pull_size=1)
+        engine.handle(item)
+        dealer.take(card)
+        if card == CUT:
+            assert engine.public_state()["last_hand"] is True
+            assert dealer.last_hand and dealer.phase == "closed"
+    assert dealer.phase == "ended" == engine_phase(engine)
+    assert dealer.hands_done == 1

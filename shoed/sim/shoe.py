@@ -89,10 +89,11 @@ class DealerModel:
     between hands it ends the shoe at once, during a hand that hand is the last, during
     commencement it is ignored. Surplus cards of a pull become the next hand's burn (then
     its P1), as the host's default profile takes them. Cards in draw order, `CUT` for
-    the cut card.
+    the cut card. In `commands` mode a hand is in progress from `close_betting` on (rule
+    5): :meth:`betting_closed` says so, and a cut card before its burn makes it the last.
     """
 
-    phase: str = "commencement"  # commencement, between_hands, dealing, ended
+    phase: str = "commencement"  # commencement, between_hands, closed, dealing, ended
     hands_done: int = 0
     burns_left: int | None = None
     hand: list[str] = field(default_factory=list)
@@ -107,7 +108,7 @@ class DealerModel:
                 self.cut_seen = True
                 if self.phase == "between_hands":
                     self.phase = "ended"
-                else:
+                else:  # dealing, or closed: a hand in progress
                     self.last_hand = True
             return
         if self.phase == "commencement":
@@ -117,7 +118,7 @@ class DealerModel:
                 self.burns_left -= 1
             if self.burns_left == 0:
                 self.phase = "between_hands"
-        elif self.phase == "between_hands":
+        elif self.phase in ("between_hands", "closed"):
             self.hand = []  # this card is the hand's burn
             self.phase = "dealing"
         else:
@@ -126,6 +127,12 @@ class DealerModel:
                 self.hands_done += 1
                 self.hand = []
                 self.phase = "ended" if self.last_hand else "between_hands"
+
+    def betting_closed(self) -> None:
+        """`commands` mode: the game server closed betting; the next hand is in progress
+        before its burn is drawn."""
+        if self.phase == "between_hands":
+            self.phase = "closed"
 
     def completes_hand(self, cards: list[str]) -> bool:
         """Whether these cards, drawn next, complete the hand in progress."""
@@ -199,6 +206,9 @@ class SimulatedShoe:
         self.gate_locks = 0  # SetGate frames that locked an open gate
         # Betting is due to open (Script.wait_for_betting): (since when, gate_locks then).
         self._betting_due: tuple[float, int] | None = None
+        # gate_locks when betting last opened: a lock since, then an open gate, is the
+        # host closing betting (the gate is locked while betting is open, rule 14).
+        self._opened_at_locks: int | None = None
 
     # -- boot and the link ----------------------------------------------------------------
 
@@ -366,6 +376,9 @@ class SimulatedShoe:
             self._dealer = None
             self._next_pull_at = now + max(self.script.pace_s * 3, 0.0)
             return
+        if (dealer.phase == "between_hands" and self._opened_at_locks is not None
+                and self.gate_locks > self._opened_at_locks and not self.gate_locked):
+            dealer.betting_closed()  # locked for betting, open again: betting closed
         count = 1
         if dealer.phase == "dealing" and self.rng.random() < self.script.multi_pull_rate:
             count = 2
@@ -386,6 +399,7 @@ class SimulatedShoe:
         # the dealer still waits for betting before that hand's P1)
         if self.script.wait_for_betting and opened:
             self._betting_due = (now, self.gate_locks)
+            self._opened_at_locks = self.gate_locks
 
     def _pull(self, cards: list[str], now: float) -> None:
         """One physical draw: items numbered upper first, sent lowest first (sensor order)."""
