@@ -190,6 +190,12 @@ def test_unread_card_shows_the_hold_and_manual_card_from_the_page_resolves_it(
                 result = next(e for e in c.of("hand_result") if e["hand_no"] == hand_no)
                 check_snapshot(snap, result)
                 assert truth in (result["player_cards"] + result["banker_cards"])
+                # A result flag that is not so reads as absent: struck through, not bold.
+                off = page.locator("[data-flag][data-on=false]").first
+                if await off.count():
+                    style = await off.evaluate("e => [getComputedStyle(e).fontWeight,"
+                                               " getComputedStyle(e).textDecorationLine]")
+                    assert style == ["400", "line-through"], style
                 # The card entered by hand is marked so in the live hand, not only in the
                 # event (the state that follows lists no `source`).
                 assert any(card["card"] == truth and card["manual"] for card in snap["cards"]
