@@ -1134,17 +1134,7 @@ class Engine:
         hand.cards = [c for c in hand.cards if c not in surplus]
         result = evaluate([c.card for c in dealt if c.card is not None])
         self._hand_resolved(hand, dealt, result)
-        # Cards left over once a hold ended (pending, rule 10). Those of the pull that
-        # completed the hand are unnecessary (rules 6, 7); in stand-alone mode a later
-        # pull's card is the next hand's burn, as if nothing had been held (rule 5:
-        # "only surplus cards of the pull that completed a hand are unnecessary"). In
-        # commands mode betting is open again, so every one is unnecessary either way.
-        last = dealt[-1] if dealt else None
-        same_pull = 0
-        while (same_pull < len(surplus) and last is not None and last.pull_id is not None
-               and surplus[same_pull].pull_id == last.pull_id):
-            same_pull += 1
-        self._finish_hand(hand, surplus[:same_pull], later=surplus[same_pull:])
+        self._finish_hand(hand, surplus, completed_by=dealt[-1].pull_id if dealt else None)
 
     def _hand_resolved(self, hand: HandState, dealt: list[CardRec],
                        result: HandResult) -> None:
@@ -1163,26 +1153,29 @@ class Engine:
         self._record(hand, result={**recorded, "payouts": payouts})
 
     def _finish_hand(self, hand: HandState, leftovers: list[CardRec],
-                     later: Sequence[CardRec] = ()) -> None:
+                     completed_by: int | None = None) -> None:
         """After a result or a void: end the shoe after its last hand, else open betting.
-        `leftovers`: cards of the pull that completed the hand, beyond what it needed
-        (unnecessary); `later`: cards of later pulls, drawn while it was held (dealt on)."""
+        `leftovers`: the hand's cards beyond what it needed, held as pending until a hold
+        ended (rule 10), in draw order; `completed_by`: the pull of its last required card.
+
+        They are dealt pull by pull, as they came (_apply_items): the cards of a pull
+        after the result it brought are unnecessary (rules 6, 7), so those of the pull
+        that completed this hand and of any pull among them that completes another; in
+        stand-alone mode a later pull's card is the next hand's burn, as if nothing had
+        been held (rule 5: "only surplus cards of the pull that completed a hand are
+        unnecessary"). In commands mode betting is open again: all are unnecessary."""
         shoe = self._state.shoe
         assert shoe is not None
         shoe.hand = None
         if hand.last_hand or shoe.end_requested:
             self._end_shoe()
-            for card in [*leftovers, *later]:
+            for card in leftovers:
                 self._after_end(card)
             return
         self._open_betting()
+        pull = completed_by
+        resolved_before = -1  # the completing pull brought this hand's result
         for card in leftovers:
-            self._route(card, surplus=True)
-        # Pull by pull, as they came (_apply_items): a pull that completes a hand here
-        # has its cards after that unnecessary too.
-        pull: int | None = None
-        resolved_before = 0
-        for card in later:
             if card.pull_id is None or card.pull_id != pull:
                 pull, resolved_before = card.pull_id, self._resolutions()
             self._route(card, surplus=self._resolutions() != resolved_before)
@@ -1509,42 +1502,38 @@ class Engine:
 
     def _realign_cards(self, shoe: ShoeState, c: cmd.Realign) -> list[CardRec]:
         """The cards from `c.card_index` on, in draw order, taken from where they were:
-        the unresolved hand's; the commencement's in progress (it ends there); or, while
-        no hand of the shoe has been resolved or voided, those of a commencement that
-        ended on a card of hand 1 (too few burns drawn), with the hand's after them
-        (decisions.md 7)."""
+        the commencement's in progress (it ends there); while no hand of the shoe has been
+        resolved or voided, those of a commencement that ended on a card of hand 1 (too
+        few burns drawn), with the hand's after them (decisions.md 7); else the
+        unresolved hand's."""
         com = shoe.commencement
-        late = next((i for i, card in enumerate(com.cards)
-                     if i > 0 and card.card_index == c.card_index), None)
-        if shoe.phase != "commencement" and late is not None:
-            if shoe.resolved:
-                raise Refused("unknown_card", f"card {c.card_index} is a commencement burn, "
-                                              f"and hands of shoe {shoe.shoe_id} have been "
-                                              "resolved or voided since: it can no longer "
-                                              "start a hand")
-            moved = com.cards[late:]
-            del com.cards[late:]
-            com.burn_count = len(com.cards) - 1
-            if shoe.hand is not None:
-                moved += shoe.hand.cards
-                shoe.hand.cards = []
+        in_commencement = shoe.phase == "commencement"
+        index = next((i for i, card in enumerate(com.cards)
+                      if card.card_index == c.card_index and (i > 0 or in_commencement)),
+                     None)
+        if index is None:
+            card, _ = self._find_card(c.card_index, "realign")  # the unresolved hand's
+            hand = shoe.hand
+            assert hand is not None
+            index = hand.cards.index(card)
+            moved = hand.cards[index:]
+            del hand.cards[index:]
             return moved
-        card, where = self._find_card(c.card_index, "realign")
-        if where == "commencement":
-            index = com.cards.index(card)
-            if index == 0:
-                raise Refused("unknown_card", "the commencement card cannot start a hand")
-            moved = com.cards[index:]
-            del com.cards[index:]
-            com.burn_count = len(com.cards) - 1
+        if index == 0:
+            raise Refused("unknown_card", "the commencement card cannot start a hand")
+        if not in_commencement and shoe.resolved:
+            raise Refused("unknown_card", f"card {c.card_index} is a commencement burn, and "
+                                          f"hands of shoe {shoe.shoe_id} have been resolved "
+                                          "or voided since: it can no longer start a hand")
+        moved = com.cards[index:]
+        del com.cards[index:]
+        com.burn_count = len(com.cards) - 1
+        if in_commencement:
             com.holds.clear()
             self._open_betting()
-            return moved
-        hand = shoe.hand
-        assert hand is not None
-        index = hand.cards.index(card)
-        moved = hand.cards[index:]
-        del hand.cards[index:]
+        elif shoe.hand is not None:
+            moved += shoe.hand.cards
+            shoe.hand.cards = []
         return moved
 
     def _cmd_report_misorder(self, c: cmd.ReportMisorder) -> dict[str, Any]:
