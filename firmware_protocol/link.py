@@ -134,6 +134,14 @@ LinkEvent = (
 )
 
 
+def _lost_before(previous: DedupState, seq: int) -> int:
+    """Frames lost between the last accepted frame of the same boot and `seq` (spec
+    section 3, continuity): 0 when nothing is known yet or `seq` is that frame again."""
+    if previous.last_seq is None or seq == previous.last_seq:
+        return 0
+    return (seq - previous.last_seq - 1) % SEQ_MODULO
+
+
 @dataclass(slots=True)
 class _Outgoing:
     seq: int
@@ -328,8 +336,7 @@ class Link:
                     # Its seq counts as accepted so the next frame shows no gap: the gap
                     # before it, if any, is reported with it.
                     previous = self._previous()
-                    if previous.last_seq is not None and result.seq != previous.last_seq:
-                        gap = (result.seq - previous.last_seq - 1) % SEQ_MODULO
+                    gap = _lost_before(previous, result.seq)
                     self._dedup = DedupState(previous.boot_id, result.seq)
                 self._events.append(ProtocolMismatch(
                     result.seq, result.version, result.type_code, result.detail, self._dedup,
@@ -374,9 +381,7 @@ class Link:
             self.stats["duplicates"] += 1
             self._control(Ack(seq))  # a retransmission of what we hold: ACK again
             return
-        gap = 0
-        if not new_boot and previous.last_seq is not None:
-            gap = (seq - previous.last_seq - 1) % SEQ_MODULO
+        gap = 0 if new_boot else _lost_before(previous, seq)
         self._delivered.append(after)
         self._events.append(MessageReceived(message, seq, gap, after))
 

@@ -328,8 +328,8 @@ class Journal:
                 self._open()
             with self.transaction():  # with the record log's entries the database lacked
                 self.set_meta("clean_stop", "0")
+                self._uptime_after_inputs()
                 self._save_uptime()
-            self._uptime_after_inputs()
             self._reuse_records()  # what the file held is in the database now
         except BaseException:
             self._close_db()
@@ -567,7 +567,8 @@ class Journal:
         """A kill -9 loses the uptime not yet saved (up to UPTIME_SAVE_EVERY_S), but the
         inputs recorded meanwhile carry their reading of it (`mono`): the clock goes on
         from the newest one, so that a duration begun before the kill and ended after it
-        (the 3 s pull timeout) is not stretched by what was lost."""
+        (the 3 s pull timeout) is not stretched by what was lost. Called inside the open's
+        transaction, which has taken in the record log's entries and saves the uptime."""
         row = self._run("SELECT body FROM inputs ORDER BY id DESC LIMIT 1").fetchone()
         try:
             mono = json.loads(row[0]).get("mono") if row is not None else None
@@ -575,8 +576,6 @@ class Journal:
             return
         if isinstance(mono, int | float) and math.isfinite(mono) and mono > self.uptime.now():
             self._uptime = Uptime(float(mono), self._monotonic)
-            with self.transaction():
-                self._save_uptime()
 
     def _save_uptime(self) -> None:
         if self._uptime is not None:
