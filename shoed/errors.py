@@ -7,7 +7,8 @@
      ├── StorageError               store.journal: the journal cannot be read or written
      ├── TransportLost              device: the shoe went away (unplugged, pty closed, I/O)
      ├── BrokerError                mqtt: the broker cannot be used
-     │    └── NotABroker            mqtt.url answers, but not as an MQTT broker
+     │    ├── NotABroker            mqtt.url answers, but not as an MQTT broker
+     │    └── PublishRefused        mqtt: the broker answered a PUBLISH with a failure
      └── SupervisionFailed          daemon: a task that could not be kept running
 
 Every message names what was expected and what was found. The classes live where they
@@ -34,9 +35,20 @@ class NotABroker(BrokerError):
     that are not MQTT)."""
 
 
+class PublishRefused(BrokerError):
+    """The broker answered a QoS 1 PUBLISH with a PUBACK whose reason is a failure (MQTT 5
+    section 3.4.2.1: 0x87 Not authorized, 0x97 Quota exceeded, ...). The message is not
+    delivered: an event stays in the outbox."""
+
+    def __init__(self, topic: str, reason: str, code: int) -> None:
+        super().__init__(f"the broker refused a message on {topic}: {reason} "
+                         f"(PUBACK reason 0x{code:02X})")
+        self.topic, self.reason, self.code = topic, reason, code
+
+
 class SupervisionFailed(ShoedError):
     """A long-lived task failed again and again and could not be kept running."""
 
 
-__all__ = ["BrokerError", "CardNotationError", "ConfigError", "NotABroker", "RulesError",
-           "ShoedError", "StorageError", "SupervisionFailed", "TransportLost"]
+__all__ = ["BrokerError", "CardNotationError", "ConfigError", "NotABroker", "PublishRefused",
+           "RulesError", "ShoedError", "StorageError", "SupervisionFailed", "TransportLost"]

@@ -10,6 +10,7 @@ import asyncio
 import json
 import pathlib
 import shutil
+import signal
 import ssl
 import subprocess
 
@@ -165,3 +166,75 @@ def test_password_never_logged(tmp_path: pathlib.Path, secure_broker,
     text = out.out + out.err
     assert "mqtt_connected" in text
     assert PASSWORDS["table-T9"] not in text and "should-not-appear" not in text
+
+
+def test_a_publish_the_acl_refuses_is_not_counted_as_published(
+        tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An ACL that does not let the table write its events (MQTT 5: PUBACK 0x87, Not
+    authorized): nothing refused is marked published, the refusal is an error naming
+    the topic and the reason, and once the ACL is mended every event arrives, once."""
+    passwd = tmp_path / "passwd"
+    for i, user in enumerate(("table-T9", "supervisor")):
+        subprocess.run(["mosquitto_passwd", *(["-c"] if i == 0 else []), "-b", str(passwd),
+                        user, PASSWORDS[user]], check=True, capture_output=True)
+    shipped = (ROOT / "deploy/mosquitto/shoed.acl").read_text().replace("T01", "T9")
+    acl = tmp_path / "acl"
+    # The table may write its status and device topics only: its events are refused.
+    acl.write_text(shipped.replace("topic write shoed/T9/#",
+                                   "topic write shoed/T9/status\ntopic write shoed/T9/device"))
+    port = free_port()
+    broker = PrivateMosquitto(port=port, extra_config=(
+        f"per_listener_settings false\nallow_anonymous false\npassword_file {passwd}\n"
+        f"acl_file {acl}\nlistener {port} 127.0.0.1\n"), directory=tmp_path)
+    broker.start()
+    (tmp_path / "pw").write_text(PASSWORDS["table-T9"] + "\n")
+    from shoed import logs
+
+    logs.configure("json", "warning")
+
+    async def main() -> None:
+        seen: list[dict] = []
+        async with aiomqtt.Client("127.0.0.1", port, username="supervisor",
+                                  password=PASSWORDS["supervisor"]) as watcher:
+            await watcher.subscribe("shoed/T9/events", qos=1)
+
+            async def watch() -> None:
+                async for message in watcher.messages:
+                    seen.append(json.loads(message.payload))  # type: ignore[arg-type]
+
+            watching = asyncio.create_task(watch())
+            async with rig(tmp_path, broker, decks=1, seed=2, collector=False,
+                           script=Script(pace_s=0.05, shoes=1),
+                           mqtt={"username": "table-T9",
+                                 "password_file": str(tmp_path / "pw")}) as r:
+                await wait_for(lambda: hasattr(r.daemon, "outbox"), 10, "the journal open")
+                outbox = r.daemon.outbox
+                await wait_for(lambda: outbox.depth() >= 12, 30, "cards journalled")
+                await wait_for(lambda: "refused" in (r.daemon.status.mqtt_error or ""), 10,
+                               "the refusal in the status")
+                assert "shoed/T9/events" in (r.daemon.status.mqtt_error or "")
+                assert "Not authorized" in (r.daemon.status.mqtt_error or "")
+                await asyncio.sleep(1.0)
+                assert seen == [] and outbox.acked_seq == 0
+                depth = outbox.depth()
+                assert depth >= 12
+                # The ACL mended, the broker told to read it again: every event, once.
+                acl.write_text(shipped)
+                broker.proc.send_signal(signal.SIGHUP)
+                await wait_for(lambda: outbox.depth() == 0, 30, "the outbox drained")
+                await wait_for(lambda: len(seen) >= depth, 10, "every event")
+                await asyncio.sleep(0.5)
+                seqs = [e["seq"] for e in seen]
+                assert seqs == list(range(1, len(seqs) + 1))
+                assert r.daemon.status.mqtt_error is None
+            watching.cancel()
+
+    try:
+        asyncio.run(main())
+    finally:
+        broker.stop()
+    out = capsys.readouterr()
+    refusals = [json.loads(line) for line in (out.out + out.err).splitlines()
+                if "mqtt_publish_refused" in line]
+    assert refusals and refusals[0]["level"] == "error"
+    assert refusals[0]["topic"] == "shoed/T9/events" and refusals[0]["code"] == "0x87"

@@ -71,15 +71,18 @@ def test_plain_pubacks_share_one_success_and_no_properties() -> None:
                                                                   b"\x87\x00", b"\x10\x01"]))
     .map(lambda parts: parts[0] + parts[1])),
     protocol=st.sampled_from(PROTOCOLS))
-def test_puback_mid_is_pahos_mid_or_pahos_error(packet: bytes, protocol: int) -> None:
-    """The direct lane's PUBACKs (window.py): the packet id paho would read, or what
-    paho's decoder raises for a malformed packet."""
+def test_puback_of_is_pahos_mid_and_reason_or_pahos_error(packet: bytes, protocol: int
+                                                          ) -> None:
+    """The direct lane's PUBACKs (window.py): the packet id and reason paho would read
+    (a failure reason too: the window refuses to count that message), or what paho's
+    decoder raises for a malformed packet."""
     acks.install()
     paho_decode = _packet.decode_puback.paho_decode  # type: ignore[attr-defined]
     expected = decoded(paho_decode, packet, protocol)
     try:
-        got: object = acks.puback_mid(PUBACK, packet, protocol)
+        mid, reason = acks.puback_of(PUBACK, packet, protocol)
     except Exception as error:
         assert expected == type(error).__name__
     else:
-        assert isinstance(expected, tuple) and got == expected[0]
+        assert isinstance(expected, tuple) and mid == expected[0]
+        assert reason.value == expected[2]

@@ -599,3 +599,27 @@ def test_a_client_kicking_the_daemon_off_again_and_again_is_a_conflict(
         asyncio.run(main())
     finally:
         broker.stop()
+
+
+@pytest.mark.parametrize("status", [
+    {"online": True, "run_id": "zzz", "ts": "abc"},
+    {"online": True, "run_id": "zzz", "ts": 1e400, "online_since": "x"},
+    {"online": True, "run_id": "zzz", "ts": [1], "online_since": {"a": 1}},
+])
+def test_a_retained_status_nobody_can_read_is_nobodys_claim(
+        tmp_path: pathlib.Path, broker: PrivateMosquitto, status: dict[str, Any]) -> None:
+    """Anyone may leave a retained message at {root}/status: one whose times are not
+    numbers is no other daemon's claim, and never stops the daemon from starting."""
+    async def main() -> None:
+        async with aiomqtt.Client("127.0.0.1", broker.port) as writer:
+            await writer.publish("shoed/T9/status", json.dumps(status), qos=1, retain=True)
+        collector, task = await _collector(broker)
+        with daemon(tmp_path, broker.url) as d:
+            d.start_shoe(seed=5, pace=0.05)
+            d.start()
+            await wait_for(lambda: len(collector.events) >= 3, 30, "events")
+            assert not d.logged("task_failed"), d.logged("task_failed")
+            assert not d.logged("table_id_conflict")
+            assert d.stop() == 0
+        task.cancel()
+    asyncio.run(main())

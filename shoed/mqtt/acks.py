@@ -54,19 +54,20 @@ def plain_puback(packet: bytes | bytearray, protocol: int) -> tuple[int, ReasonC
     return None
 
 
-#: paho's PUBACK decoder is there (paho-mqtt 2.2's private module): puback_mid can work.
+#: paho's PUBACK decoder is there (paho-mqtt 2.2's private module): puback_of can work.
 DECODER = _packet is not None and hasattr(_packet, "decode_puback")
 
 
-def puback_mid(command: int, packet: bytes | bytearray, protocol: Any) -> int:
-    """The packet id of a PUBACK (`packet`: everything after the fixed header): a plain
-    one read here, anything else by paho's decoder, which raises on a malformed packet
-    as it always did (only where DECODER is true)."""
+def puback_of(command: int, packet: bytes | bytearray, protocol: Any) -> tuple[int, ReasonCode]:
+    """The packet id and reason of a PUBACK (`packet`: everything after the fixed header):
+    a plain one read here, anything else (a failure reason: the broker refused the
+    message) by paho's decoder, which raises on a malformed packet as it always did
+    (only where DECODER is true)."""
     plain = plain_puback(packet, protocol)
     if plain is not None:
-        return plain[0]
-    mid: int = _packet.decode_puback(command, packet, protocol).mid
-    return mid
+        return plain
+    decoded = _packet.decode_puback(command, packet, protocol)
+    return decoded.mid, decoded.reason
 
 
 def install() -> bool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import time
 from typing import Any
 
@@ -95,10 +96,23 @@ async def check_root(args: dict[str, Any], root: str, run_id: str,
         return
     if instance is not None and body.get("instance") == instance:
         return
-    fresh = time.time() - float(body.get("ts") or 0) < LIVE_S
-    first = online_since is None or float(body.get("online_since") or 0) <= online_since
+    fresh = time.time() - _seconds(body.get("ts")) < LIVE_S
+    first = online_since is None or _seconds(body.get("online_since")) <= online_since
     if fresh and first:
         raise RootTaken(root, run_id, body)
+
+
+def _seconds(value: Any) -> float:
+    """A time in a retained status, or 0 (long ago) when it is not a finite number: a
+    status nobody can read is nobody's claim (anyone may publish a retained message
+    there, and the daemon must start all the same)."""
+    if isinstance(value, bool):
+        return 0.0
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return 0.0
+    return seconds if math.isfinite(seconds) else 0.0
 
 
 class RootClaim:

@@ -34,8 +34,9 @@ from paho.mqtt.properties import Properties
 
 from shoed.core.commands import ANONYMOUS
 from shoed.desk import Answer, CommandDesk, Incoming, ReplayPage
+from shoed.errors import PublishRefused
 from shoed.mqtt.reads import read_buffered
-from shoed.mqtt.window import PublishWindow
+from shoed.mqtt.window import PublishWindow, publish_once
 from shoed.mqtt.writes import ack_at_once
 
 REPLAY_IN_FLIGHT = 32  # replayed events awaiting PUBACK at once, on the replay connection
@@ -182,10 +183,24 @@ class Inbox:
                 task.add_done_callback(self._replay_done)
                 continue
             if answer.body is not None:
-                await client.publish(topic, json.dumps(answer.body), qos=1,
-                                     properties=answer_props)
+                await self._answer(client, topic, answer.body, answer_props)
             self._ack(client, message)
             self._alive()
+
+    async def _answer(self, client: aiomqtt.Client, topic: str, body: Any,
+                      props: Properties | None) -> None:
+        """An answer, once it has its PUBACK. One the broker refuses (its ACL does not let
+        the table write `topic`) is logged, and the command is acknowledged all the
+        same: it is journalled and answered, and sent again it would be refused again."""
+        try:
+            await publish_once(client, topic, json.dumps(body), props, self.publish_timeout)
+        except PublishRefused as error:
+            self.log.error("answer_refused", topic=topic, reason=error.reason,
+                           code=f"0x{error.code:02X}",
+                           request_id=body.get("request_id") if isinstance(body, dict)
+                           else None,
+                           action="not answered: let the table's broker user write "
+                                  "the answer topic")
 
     def _ack(self, client: aiomqtt.Client, message: aiomqtt.Message) -> None:
         if message.qos > 0:
@@ -213,7 +228,7 @@ class Inbox:
                       events=sent,
                       connection="own" if own is not None else "shared",
                       took_s=round(took, 3), events_per_s=round(sent / took) if took else None)
-        await client.publish(topic, json.dumps(answer.body), qos=1, properties=props)
+        await self._answer(client, topic, answer.body, props)
         self._ack(client, message)
 
     async def _open_replay_connection(self) -> aiomqtt.Client | None:

@@ -40,7 +40,7 @@ from pydantic_core import to_json
 from shoed.aio import Wakeup, cancel_and_wait, clear_stray_cancel, task_names
 from shoed.config import Settings
 from shoed.desk import CommandDesk
-from shoed.errors import BrokerError, NotABroker
+from shoed.errors import BrokerError, NotABroker, PublishRefused
 from shoed.mqtt import acks
 from shoed.mqtt.brokers import BrokerList
 from shoed.mqtt.claim import (
@@ -53,7 +53,7 @@ from shoed.mqtt.claim import (
 )
 from shoed.mqtt.inbox import REPLAY_IN_FLIGHT, Inbox, StampedQueue, publish_properties
 from shoed.mqtt.reads import read_buffered
-from shoed.mqtt.window import PublishWindow
+from shoed.mqtt.window import PublishWindow, publish_once
 from shoed.mqtt.writes import ack_at_once, send_when_queued
 from shoed.status import TableStatus
 from shoed.store.outbox import Outbox
@@ -184,7 +184,7 @@ class MqttService:
         while True:
             self._alive()
             connects = self.connects
-            conflicted = False
+            conflicted = refused = False
             try:
                 await self._connection()
             except asyncio.CancelledError:
@@ -208,6 +208,15 @@ class MqttService:
                                "journalled")
                 self.status.set(conflict=str(error), mqtt_error="root taken")
                 self.claim.taken(error)  # table_id_conflict raised (journalled, not published)
+            except PublishRefused as error:
+                refused = True
+                self.log.error("mqtt_publish_refused", url=self.url, topic=error.topic,
+                               reason=error.reason, code=f"0x{error.code:02X}",
+                               retry_in_s=backoff, outbox=self.outbox.depth(),
+                               action="nothing refused is marked published: it stays in "
+                                      "the journal; let the table's broker user write "
+                                      "its topics (ACL, topic_prefix)")
+                self.status.set(mqtt_error=str(error))
             except NotABroker as error:
                 self.log.error("mqtt_not_a_broker", url=self.url, error=str(error),
                                retry_in_s=backoff)
@@ -223,11 +232,12 @@ class MqttService:
             finally:
                 self.client = None
                 self.status.set(mqtt_connected=False, broker_url=None)
-            if self.connects > connects:
+            if self.connects > connects and not refused:
                 backoff = BACKOFF_S[0]  # it was connected: start the back-off afresh
             # The next broker of the list; wait only after a drop or a whole round failed,
             # and always after a conflict (no reconnect storm).
-            if self.brokers.advance(was_connected=self.connects > connects) or conflicted:
+            if self.brokers.advance(was_connected=self.connects > connects) or conflicted \
+                    or refused:
                 await asyncio.sleep(CONFLICT_BACKOFF_S if conflicted else backoff)
                 if not conflicted:
                     backoff = min(backoff * 2, BACKOFF_S[1])
@@ -249,6 +259,8 @@ class MqttService:
             raise self._not_a_broker(error, args["timeout"]) from error
         try:
             await self._connected(client)
+        except PublishRefused:
+            raise  # the broker's ACL, not another client: it answered, and said no
         except (aiomqtt.MqttError, BrokerError) as error:
             evidence = self._takeover_evidence()
             if evidence is not None:
@@ -490,8 +502,8 @@ class MqttService:
             # and the publisher is not woken only to learn that it came.
             await live.send(f"{self.root}/{leaf}", body, self._props, retain=True)
         else:
-            await client.publish(f"{self.root}/{leaf}", body, qos=1, retain=True,
-                                 properties=self._props)
+            await publish_once(client, f"{self.root}/{leaf}", body, self._props,
+                               self.settings.mqtt.publish_timeout_s, retain=True)
 
     async def _publish_status_topics(self, client: aiomqtt.Client) -> None:
         """The retained topics that are not snapshots of the stream (`status`, `device`)."""

@@ -13,7 +13,10 @@ anything done (the live publisher marks the outbox after each drain, in seq orde
 the order of PUBACKs only matters for knowing that all came. One sender per window: a
 second one waiting at once is not supported (a second window is). A connection that
 drops, or no PUBACK for `timeout` seconds while some are awaited, raises BrokerError in
-the sender.
+the sender; a PUBACK whose reason is a failure (MQTT 5: the broker refused the message,
+e.g. 0x87 Not authorized by its ACL) raises PublishRefused there: that message was not
+delivered, and the window takes no more (whoever marks the outbox marks nothing past
+it, and the next connection sends it again).
 
 A window's message does not go through paho's ``publish`` either (:class:`DirectLane`):
 paho makes an ``MQTTMessage``, an ``MQTTMessageInfo`` with its ``threading.Condition``,
@@ -39,11 +42,12 @@ import aiomqtt
 from paho.mqtt.client import MQTT_ERR_SUCCESS
 from paho.mqtt.enums import MQTTProtocolVersion
 from paho.mqtt.properties import Properties
+from paho.mqtt.reasoncodes import ReasonCode
 
 from shoed.aio import TimedWait
-from shoed.errors import BrokerError
+from shoed.errors import BrokerError, PublishRefused
 from shoed.mqtt import acks
-from shoed.mqtt.acks import puback_mid
+from shoed.mqtt.acks import SUCCESS, puback_of
 
 PUBLISH_QOS1 = 0x32  # PUBLISH, QoS 1, not DUP (| 1: retained)
 MAX_REMAINING = 268_435_455  # MQTT's largest remaining length
@@ -60,9 +64,9 @@ class PublishWindow:
         self._paho = client._client
         self.size = size
         self.timeout = timeout
-        self._awaited: set[int] = set()  # mids sent, PUBACK not yet received
+        self._awaited: dict[int, str] = {}  # mid -> topic: sent, PUBACK not yet received
         self._wait = TimedWait()  # the sender's, until a PUBACK, the loss, or the timeout
-        self._lost: str | None = None
+        self._lost: BrokerError | None = None
         self._windows = _windows_of(self._paho)
         self._windows.add(self)
         self._lane: DirectLane | None = getattr(self._paho, "_shoed_lane", None)
@@ -75,13 +79,16 @@ class PublishWindow:
         """No more messages through this window (its client's callbacks forget it)."""
         self._windows.discard(self)
 
-    def _acked(self, mid: int) -> None:
-        if mid in self._awaited:
-            self._awaited.discard(mid)
+    def _acked(self, mid: int, reason: ReasonCode = SUCCESS) -> None:
+        topic = self._awaited.pop(mid, None)
+        if topic is not None:
+            if reason.is_failure and self._lost is None:
+                self._lost = PublishRefused(topic, reason.getName(), reason.value)
             self._wake()
 
     def _connection_lost(self, why: str) -> None:
-        self._lost = f"the connection was lost ({why})"
+        if self._lost is None:
+            self._lost = BrokerError(f"the connection was lost ({why})")
         self._wake()
 
     def _wake(self) -> None:
@@ -99,7 +106,7 @@ class PublishWindow:
         lane = self._lane
         if lane is None or self._awaited or self._lost is not None:
             return False
-        self._awaited.add(lane.publish(topic, payload, properties, retain))
+        self._awaited[lane.publish(topic, payload, properties, retain)] = topic
         return True
 
     async def send(self, topic: str, payload: str | bytes, properties: Properties | None,
@@ -110,13 +117,13 @@ class PublishWindow:
             await self._wait_below(self.size)
         lane = self._lane
         if lane is not None:
-            self._awaited.add(lane.publish(topic, payload, properties, retain))
+            self._awaited[lane.publish(topic, payload, properties, retain)] = topic
             return
         info = self._paho.publish(topic, payload, 1, retain, properties)
         if info.rc != MQTT_ERR_SUCCESS:
             raise BrokerError(f"could not publish on {topic}: paho rc {info.rc}")
         if not info.is_published():
-            self._awaited.add(info.mid)
+            self._awaited[info.mid] = topic
 
     async def publish(self, topic: str, payload: str | bytes, properties: Properties | None,
                       retain: bool = False) -> None:
@@ -133,7 +140,7 @@ class PublishWindow:
         wait = self.timeout if timeout is None else timeout
         while True:
             if self._lost is not None:
-                raise BrokerError(self._lost)
+                raise self._lost
             if len(self._awaited) < limit:
                 return
             awaited = len(self._awaited)
@@ -142,6 +149,18 @@ class PublishWindow:
             if self._lost is None and len(self._awaited) >= awaited:
                 raise BrokerError(f"no PUBACK within {self.timeout:g} s "
                                   f"({awaited} messages awaiting one)")
+
+
+async def publish_once(client: aiomqtt.Client, topic: str, payload: str | bytes,
+                       properties: Properties | None, timeout: float,
+                       retain: bool = False) -> None:
+    """One QoS 1 message through a window of its own, returning once it has its PUBACK:
+    unlike aiomqtt's ``publish``, a PUBACK that refuses it raises PublishRefused."""
+    window = PublishWindow(client, 1, timeout)
+    try:
+        await window.publish(topic, payload, properties, retain)
+    finally:
+        window.close()
 
 
 def _windows_of(paho: Any) -> set[PublishWindow]:
@@ -156,8 +175,10 @@ def _windows_of(paho: Any) -> set[PublishWindow]:
     inner_disconnect: Any = paho.on_disconnect
 
     def on_publish(c: Any, userdata: Any, mid: int, *rest: Any) -> None:
+        # paho's VERSION2 callback (aiomqtt's): the PUBACK's reason code comes next
+        reason = rest[0] if rest and isinstance(rest[0], ReasonCode) else SUCCESS
         for window in tuple(opened):
-            window._acked(mid)
+            window._acked(mid, reason)
         inner_publish(c, userdata, mid, *rest)
 
     def on_disconnect(c: Any, userdata: Any, *rest: Any) -> None:
@@ -251,16 +272,18 @@ class DirectLane:
         windows; anything else (paho's own messages, PUBCOMP) to paho."""
         if cmd == "PUBACK" and self.mids:
             in_packet = self.paho._in_packet
-            mid = puback_mid(in_packet["command"], in_packet["packet"], self.paho._protocol)
-            if self.acked(mid):
+            mid, reason = puback_of(in_packet["command"], in_packet["packet"],
+                                    self.paho._protocol)
+            if self.acked(mid, reason):
                 return MQTT_ERR_SUCCESS
         return self._handle_puback(cmd)
 
-    def acked(self, mid: int) -> bool:
-        """A PUBACK came for `mid`: True if it was one of ours (its windows are told)."""
+    def acked(self, mid: int, reason: ReasonCode = SUCCESS) -> bool:
+        """A PUBACK came for `mid` (with `reason`): True if it was one of ours (its
+        windows are told)."""
         if mid not in self.mids:
             return False
         self.mids.discard(mid)
         for window in tuple(self.windows):
-            window._acked(mid)
+            window._acked(mid, reason)
         return True
