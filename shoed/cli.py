@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import math
+import os
 import pathlib
 import re
 import sys
@@ -65,9 +66,15 @@ def _cmd_check_config(args: argparse.Namespace) -> int:
 
 
 def _cmd_check_journal(args: argparse.Namespace) -> int:
+    from .config import user_name
     from .store.check import check_journal
 
-    ok, lines = check_journal(args.path)
+    try:
+        ok, lines = check_journal(args.path)
+    except OSError as error:  # e.g. a state directory this user may not read
+        print(f"shoed: {error.filename or args.path}: {error.strerror or error} (as user "
+              f"{user_name()}: run it as the daemon's user, or root)", file=sys.stderr)
+        return 2
     for line in lines:
         print(line if ok else f"shoed: {line}", file=sys.stdout if ok else sys.stderr)
     return 0 if ok else 2
@@ -396,7 +403,14 @@ def add_simulation_options(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except BrokenPipeError:
+        # The reader of our output went away (`shoed schema | head`): no traceback, and
+        # none from the interpreter's flush of stdout at exit either.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

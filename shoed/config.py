@@ -23,6 +23,7 @@ from pydantic_settings import (
     SettingsConfigDict,
     TomlConfigSettingsSource,
 )
+from pydantic_settings.exceptions import SettingsError
 
 from .core.cards import parse_card
 from .core.commands import ROLES, ParseLimits, Role
@@ -413,7 +414,7 @@ class Settings(BaseSettings):
         return (self.mqtt.topic_prefix or f"shoed/{self.table.id}").rstrip("/")
 
 
-def _describe(error: ValidationError) -> str:
+def describe_errors(error: ValidationError) -> str:
     lines = []
     for item in error.errors():
         key = ".".join(str(p) for p in item["loc"])
@@ -427,20 +428,24 @@ def load_settings(path: str | os.PathLike[str] | None) -> Settings:
     """Read the TOML file (if any) and the environment; raise ConfigError naming the key."""
     if path is not None:
         file = pathlib.Path(path)
-        if not file.is_file():
-            raise ConfigError(f"config file {file}: not found")
+        require_readable_file(file, "config file")
         refuse_if_others_can(file, write=True, what="config file")
         try:
             tomllib.loads(file.read_text())
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
             raise ConfigError(f"config file {file}: not valid TOML: {error}") from error
+        except OSError as error:
+            raise ConfigError(f"config file {file}: cannot read it: "
+                              f"{error.strerror or error}") from error
         os.environ["_SHOED_CONFIG_FILE"] = str(file)
     else:
         os.environ.pop("_SHOED_CONFIG_FILE", None)
     try:
         settings = Settings()
     except ValidationError as error:
-        raise ConfigError(f"invalid configuration: {_describe(error)}") from error
+        raise ConfigError(f"invalid configuration: {describe_errors(error)}") from error
+    except SettingsError as error:
+        raise ConfigError(f"invalid configuration: {_env_not_json(error)}") from error
     finally:
         os.environ.pop("_SHOED_CONFIG_FILE", None)
     for key in ("password_file", "ca_file", "cert_file", "key_file"):
@@ -456,6 +461,23 @@ def load_settings(path: str | os.PathLike[str] | None) -> Settings:
     if settings.cards.manifest is not None:
         load_manifest(settings.cards.manifest)
     return settings
+
+
+def _env_not_json(error: SettingsError) -> str:
+    """pydantic-settings reads a list, a table or a whole section from the environment
+    as JSON only, and names just the section it could not parse: name the variables."""
+    found = re.search(r'field "([^"]+)"', str(error))
+    section = f"SHOED_{found.group(1).upper()}" if found else "SHOED_"
+    suspects = []
+    for name, value in sorted(os.environ.items()):
+        if name.upper() == section or name.upper().startswith(section + "__"):
+            try:
+                json.loads(value)
+            except ValueError:
+                suspects.append(f"{name}={value!r}")
+    named = f"{' or '.join(suspects)}: " if suspects else ""
+    return (f"{named}{error}; a list or a table given in the environment is written as "
+            f"JSON, e.g. SHOED_CONSOLE__TABLES='[\"T01\", \"T02\"]'")
 
 
 def check_tls_files(mqtt: MqttSection) -> None:
@@ -493,15 +515,27 @@ def check_tls_files(mqtt: MqttSection) -> None:
 
 def require_readable_file(path: pathlib.Path, key: str) -> None:
     """Refuse, naming the key and the file, a path that is not a file this process can read."""
-    if not path.exists():
-        raise ConfigError(f"{key}: {path} does not exist")
-    if not path.is_file():
-        raise ConfigError(f"{key}: {path} is not a file")
     try:
+        if not path.exists():
+            raise ConfigError(f"{key}: {path} does not exist")
+        if path.is_dir():
+            raise ConfigError(f"{key}: {path} is a directory, not a file")
+        if not path.is_file():
+            raise ConfigError(f"{key}: {path} is not a file")
         with path.open("rb") as handle:
             handle.read(1)
-    except OSError as error:
-        raise ConfigError(f"{key}: cannot read {path}: {error.strerror}") from error
+    except OSError as error:  # e.g. in a directory this user may not enter
+        raise ConfigError(f"{key}: cannot read {path}: {error.strerror or error} (as user "
+                          f"{user_name()})") from error
+
+
+def user_name() -> str:
+    try:
+        import pwd
+
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except (ImportError, KeyError, OSError):
+        return str(os.geteuid())
 
 
 def dump_toml(sections: dict[str, dict[str, Any]]) -> str:

@@ -62,6 +62,42 @@ def test_env_override_error_names_key(tmp_path: pathlib.Path,
         load_settings(write(tmp_path, ""))
 
 
+@pytest.mark.parametrize(("name", "value"), [
+    ("SHOED_CONSOLE__TABLES", "T01,T02"), ("SHOED_AUTH__ROLES", "alice=supervisor"),
+    ("SHOED_MQTT", "x"), ("SHOED_RULES", "{bad")])
+def test_a_list_or_table_in_the_environment_that_is_not_json_is_named(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str], name: str, value: str) -> None:
+    monkeypatch.setenv(name, value)
+    assert main(["check-config", str(write(tmp_path, ""))]) == 2
+    err = capsys.readouterr().err
+    assert f"{name}={value!r}" in err and "as JSON" in err and "Traceback" not in err
+
+
+def test_a_config_path_that_cannot_be_read_is_named_not_a_traceback(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check-config", str(tmp_path)]) == 2
+    assert "is a directory" in capsys.readouterr().err
+    config = write(tmp_path, '[mqtt]\nurl = "mqtts://127.0.0.1"\nca_file = "/locked/ca.pem"\n')
+    real_exists = pathlib.Path.exists
+    locked = {config}
+
+    def exists(path: pathlib.Path, *args: object, **kwargs: object) -> bool:
+        # what stat(2) says of a file in a directory this user may not enter
+        if str(path).startswith("/locked") or path in locked:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_exists(path)
+
+    monkeypatch.setattr(pathlib.Path, "exists", exists)
+    for key in ("config file", "mqtt.ca_file"):
+        assert main(["check-config", str(config)]) == 2
+        err = capsys.readouterr().err
+        assert f"{key}: cannot read" in err and "Permission denied" in err, err
+        assert "Traceback" not in err
+        locked.clear()
+
+
 def test_check_config_cli(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
     good = write(tmp_path, '[table]\nid = "T1"\n')
     assert main(["check-config", str(good)]) == 0
@@ -212,7 +248,7 @@ def test_mqtt_files_must_exist_and_be_readable(
     target = {"missing": tmp_path / "nowhere.pem", "directory": tmp_path,
               "unreadable": _unreadable(tmp_path)}[problem]
     path = write(tmp_path, f'[mqtt]\nurl = "mqtts://127.0.0.1"\n{key} = "{target}"\n')
-    expected = {"missing": "does not exist", "directory": "is not a file",
+    expected = {"missing": "does not exist", "directory": "is a directory",
                 "unreadable": "cannot read"}[problem]
     assert main(["check-config", str(path)]) == 2
     err = capsys.readouterr().err
@@ -283,3 +319,29 @@ def test_manifest_file_must_exist_and_be_readable(
     assert main(["check-config", str(path)]) == 2
     err = capsys.readouterr().err
     assert "cards.manifest: " in err and str(target) in err
+
+
+def test_check_journal_of_a_directory_this_user_may_not_read_says_so(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode, **kw: False
+                        if pathlib.Path(path) == tmp_path else real_access(path, mode, **kw))
+    assert main(["check-journal", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"shoed: {tmp_path}: Permission denied" in err and "as user" in err
+    assert "Traceback" not in err
+
+
+def test_a_full_disk_at_the_first_start_is_a_storage_error(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    from shoed.store import journal
+
+    def full(*args: object) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(journal.os, "pwrite", full)
+    with pytest.raises(StorageError, match="cannot be written: No space left on device"):
+        journal.lock_state_dir(tmp_path)

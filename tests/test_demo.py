@@ -375,3 +375,17 @@ def test_the_demo_rides_out_a_broker_restart(tmp_path: pathlib.Path, demos: list
     assert demo.proc.poll() is None
     assert demo.interrupt() == 0
     assert "failed" not in demo.text
+
+
+@pytest.mark.parametrize(("option", "named"), [
+    (["--config", "/nonexistent/shoed.toml"],
+     "config file: /nonexistent/shoed.toml does not exist"),
+    (["--broker", "http://127.0.0.1:1"], "mqtt.url: "),
+    (["--broker", "mqtt://127.0.0.1:99999"], "mqtt.url: "),
+    (["--table", "bad id"], "table.id: ")])
+def test_a_demo_option_that_cannot_be_used_is_named_not_a_traceback(
+        option: list[str], named: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "shoed.cli", "demo", "--no-console", *option],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done
+    assert f"shoed demo: {named}" in done.stderr and "Traceback" not in done.stderr

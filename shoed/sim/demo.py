@@ -39,9 +39,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiomqtt
+from pydantic import ValidationError
 
 from shoed import logs
-from shoed.config import ConfigError, Settings, load_settings
+from shoed.config import ConfigError, Settings, describe_errors, load_settings
 from shoed.console.server import ws_url as console_ws_url
 from shoed.daemon import Daemon
 from shoed.roads_cli import client_args, parse_board, render_board
@@ -694,16 +695,20 @@ def _demo_settings(args: argparse.Namespace) -> Settings:
     except ConfigError as error:
         raise DemoError(str(error)) from None
     if args.broker:
-        settings = Settings.model_validate({**settings.model_dump(), "mqtt": {
-            **settings.mqtt.model_dump(), "url": args.broker}})
+        settings = _with(settings, mqtt={"url": args.broker})
     return settings
 
 
 def _with(settings: Settings, **sections: dict[str, Any]) -> Settings:
+    """`settings` with these keys changed (from the demo's options: a value that cannot
+    be used is a DemoError naming the key, as in a config file)."""
     dumped = settings.model_dump()
     for name, changes in sections.items():
         dumped[name] = {**dumped[name], **changes}
-    return Settings.model_validate(dumped)
+    try:
+        return Settings.model_validate(dumped)
+    except ValidationError as error:
+        raise DemoError(describe_errors(error)) from None
 
 
 async def _demo(args: argparse.Namespace) -> int:
@@ -876,7 +881,11 @@ async def _stop(daemon: Daemon | None, tasks: list[asyncio.Task[Any]], pty: PtyS
 
 def demo(args: argparse.Namespace) -> int:
     code = 0
-    with contextlib.suppress(KeyboardInterrupt):
-        code = asyncio.run(_demo(args))
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            code = asyncio.run(_demo(args))
+    except DemoError as error:  # an option or the config, before the demo began
+        print(f"shoed demo: {error}", file=sys.stderr, flush=True)
+        return 2
     sys.stdout.flush()
     return code

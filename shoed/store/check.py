@@ -223,6 +223,9 @@ def check_journal(path: pathlib.Path) -> tuple[bool, list[str]]:
     from .journal import StorageError, validate
 
     db = path / DB_NAME if path.is_dir() else path
+    if not os.access(db.parent, os.R_OK | os.X_OK):
+        raise PermissionError(13, "Permission denied: this user may not read the state "
+                              "directory", str(db.parent))
     problems = inspect_files(db)
     if problems:
         return False, problems

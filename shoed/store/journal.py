@@ -182,9 +182,13 @@ def lock_state_dir(path: pathlib.Path) -> int:
         raise JournalInUse(f"state.dir {path} is in use by another shoed ({holder}; it "
                            f"holds {lock}): only one daemon may run per journal") from None
     started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                              "started": started}).encode() + b"\n", 0)
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                  "started": started}).encode() + b"\n", 0)
+    except OSError as error:  # e.g. ENOSPC: a full disk on the very first start
+        os.close(fd)
+        raise StorageError(f"{lock}: cannot be written: {error.strerror}") from error
     return fd
 
 
