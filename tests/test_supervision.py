@@ -623,3 +623,36 @@ def test_a_retained_status_nobody_can_read_is_nobodys_claim(
             assert d.stop() == 0
         task.cancel()
     asyncio.run(main())
+
+
+def test_a_broker_host_that_never_answers_is_unreachable_not_a_non_broker(
+        tmp_path: pathlib.Path) -> None:
+    """A host that is off, or a firewall that drops the SYN, is not "not an MQTT broker":
+    here a listener whose backlog is full, so that the kernel answers no SYN."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    fill = []
+    for _ in range(3):
+        conn = socket.socket()
+        conn.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            conn.connect(("127.0.0.1", port))
+        fill.append(conn)
+    time.sleep(0.5)
+    try:
+        with daemon(tmp_path, f"mqtt://127.0.0.1:{port}") as d:
+            d.start()
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and not d.logged("mqtt_disconnected"):
+                time.sleep(0.1)
+            reports = d.logged("mqtt_disconnected")
+            assert reports, d.lines()[-5:]
+            assert "not answered in time" in reports[0]["error"], reports[0]
+            assert not d.logged("mqtt_not_a_broker")
+            assert d.stop() == 0
+    finally:
+        for conn in fill:
+            conn.close()
+        listener.close()

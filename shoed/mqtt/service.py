@@ -381,7 +381,11 @@ class MqttService:
         """What a failed connect means: unreachable (the socket's error), or something
         that is not an MQTT broker (no CONNACK, or bytes that are not MQTT)."""
         text = str(error)
-        if "timed out" in text:
+        if text == "timed out":  # the socket's connect (aiomqtt passes its OSError on)
+            return BrokerError(f"mqtt.url {self.url}: the connection was not answered in "
+                               "time: the host is off or unreachable, or a firewall drops "
+                               "it")
+        if "timed out" in text:  # aiomqtt's wait for the CONNACK
             return NotABroker(f"mqtt.url {self.url} accepted the connection but sent no "
                               f"MQTT CONNACK within {timeout:g} s: is it an MQTT broker?")
         if text.startswith("[Errno") or "SSL" in text or "certificate" in text:
