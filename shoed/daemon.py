@@ -151,6 +151,10 @@ class Daemon:
     def request_stop(self) -> None:
         self._stop.set()
 
+    def _hangup(self) -> None:
+        self.log.warning("sighup_ignored", action="shoed reads its configuration only at "
+                         "start: restart it (systemctl restart shoed) to apply a change")
+
     async def run(self) -> None:
         self.build_table()
         # What exists now (modules, schemas, the restored state) lives as long as the
@@ -162,6 +166,10 @@ class Daemon:
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, self.request_stop)
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            # By default SIGHUP ends a process at once, which systemd counts as a clean
+            # exit (no restart): the table would be left without a daemon.
+            loop.add_signal_handler(signal.SIGHUP, self._hangup)
         self.session.arm_timer()
         self.supervisor.start("device", self.session.run)
         self.supervisor.start("housekeeping", self.housekeeping)

@@ -656,3 +656,23 @@ def test_a_broker_host_that_never_answers_is_unreachable_not_a_non_broker(
         for conn in fill:
             conn.close()
         listener.close()
+
+
+def test_sighup_is_logged_and_the_daemon_deals_on(tmp_path: pathlib.Path,
+                                                   broker: PrivateMosquitto) -> None:
+    """SIGHUP's default ends a process at once, a clean exit to systemd (no restart)."""
+    async def main() -> None:
+        collector, task = await _collector(broker)
+        with daemon(tmp_path, broker.url) as d:
+            d.start_shoe(seed=5, pace=0.05)
+            d.start()
+            await wait_for(lambda: len(collector.events) >= 3, 30, "events")
+            assert d.proc is not None
+            d.proc.send_signal(signal.SIGHUP)
+            await wait_for(lambda: bool(d.logged("sighup_ignored")), 10, "the SIGHUP logged")
+            seen = len(collector.events)
+            await wait_for(lambda: len(collector.events) > seen + 3, 20, "dealing on")
+            assert d.proc.poll() is None
+            assert d.stop() == 0
+        task.cancel()
+    asyncio.run(main())
