@@ -82,3 +82,21 @@ def test_feed_and_board_options_are_checked(argv: list[str], named: str,
     assert leaving.value.code == 2
     err = capsys.readouterr().err
     assert named in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize(("argv", "named"), [
+    (["tail", "--table", "T01", "--url", "http://x:1"], "shoed tail: --url: "),
+    (["tail", "--table", "T01", "--url", "mqtt://h:99999"], "shoed tail: --url: "),
+    (["tail", "--table", "T01", "--password-file", "/nonexistent/pw"],
+     "shoed tail: --password-file /nonexistent/pw: cannot read it: No such file"),
+    (["tail", "--table", "T01", "--cursor", "/"], "shoed tail: --cursor /: cannot be used"),
+    (["sink", "--url", "http://x", "--postgres", "host=/nonexistent"], "shoed sink: --url: "),
+    (["simulate", "--port", "/dev/nonexistent"], "shoed simulate: "),
+    (["simulate", "--link", "/nonexistent/dir/x"], "shoed simulate: "),
+    (["simulate", "--record", "/nonexistent/r.txt"], "shoed simulate: "),
+])
+def test_a_client_or_test_tool_option_that_cannot_be_used_is_one_line(
+        capsys: pytest.CaptureFixture[str], argv: list[str], named: str) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(named) and err.count("\n") == 1, err

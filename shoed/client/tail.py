@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sqlite3
 import sys
 from typing import Any
 
@@ -47,12 +48,31 @@ def describe(event: dict[str, Any]) -> str:
     return head + what
 
 
+class TailError(Exception):
+    """An option that cannot be used: one line naming it, exit 2."""
+
+
+def _feed(args: argparse.Namespace) -> TableFeed:
+    try:
+        password = args.password_file.read_text().strip() if args.password_file else None
+    except (OSError, UnicodeDecodeError) as error:
+        raise TailError(f"--password-file {args.password_file}: cannot read it: "
+                        f"{getattr(error, 'strerror', None) or error}") from None
+    try:
+        store = SQLiteCursorStore(args.cursor) if args.cursor else None
+    except (OSError, sqlite3.Error) as error:
+        raise TailError(f"--cursor {args.cursor}: cannot be used as the cursor's SQLite "
+                        f"file: {error}") from None
+    try:
+        return TableFeed(args.url, args.table, root=f"{args.prefix}/{args.table}",
+                         cursor_store=store, from_seq=args.from_seq, grace_s=args.grace,
+                         username=args.username, password=password, protocol=args.protocol)
+    except ValueError as error:
+        raise TailError(f"--url: {error}") from None
+
+
 async def run_tail(args: argparse.Namespace) -> int:
-    password = args.password_file.read_text().strip() if args.password_file else None
-    store = SQLiteCursorStore(args.cursor) if args.cursor else None
-    feed = TableFeed(args.url, args.table, root=f"{args.prefix}/{args.table}",
-                     cursor_store=store, from_seq=args.from_seq, grace_s=args.grace,
-                     username=args.username, password=password, protocol=args.protocol)
+    feed = _feed(args)
     out = sys.stdout
     async with feed:
         async for event in feed:
@@ -64,5 +84,8 @@ async def run_tail(args: argparse.Namespace) -> int:
 def tail(args: argparse.Namespace) -> int:
     try:
         return run_until_signalled(run_tail(args))  # SIGTERM/SIGINT: exit 0
+    except TailError as error:
+        print(f"shoed tail: {error}", file=sys.stderr)
+        return 2
     except BrokenPipeError:
         return 0  # the reader of our output went away (`shoed tail | head`)

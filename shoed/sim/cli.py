@@ -74,7 +74,11 @@ async def _main(args: argparse.Namespace) -> None:
 
 
 def simulate(args: argparse.Namespace) -> int:
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_main(args))
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(_main(args))
+    except OSError as error:  # a port, an address, a file of the options (serial's too)
+        print(f"shoed simulate: {error}", file=sys.stderr, flush=True)
+        return 2
     sys.stdout.flush()
     return 0

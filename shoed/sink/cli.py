@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import signal
+import sys
 import time
 import uuid
 from datetime import datetime
@@ -27,6 +28,7 @@ import structlog
 from shoed.aio import run_until_signalled
 from shoed.client.cursor import Cursor
 from shoed.client.feed import TableConnection, TableFeed
+from shoed.mqtt.brokers import BrokerList, split_urls
 
 from .db import apply_batch, apply_event, load_cursor, migrate
 
@@ -168,7 +170,23 @@ class Sink:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+class SinkOptionError(Exception):
+    """An option that cannot be used: one line naming it, exit 2."""
+
+
 async def run_sink(args: argparse.Namespace) -> int:
+    if not args.migrate_only:
+        try:  # the broker URL before the database is touched
+            BrokerList.of(split_urls(args.url))
+        except ValueError as error:
+            raise SinkOptionError(f"--url: {error}") from None
+        if args.password_file:
+            try:
+                args.password_file.read_text()
+            except (OSError, UnicodeDecodeError) as error:
+                raise SinkOptionError(f"--password-file {args.password_file}: cannot read "
+                                      f"it: {getattr(error, 'strerror', None) or error}"
+                                      ) from None
     admin = await psycopg.AsyncConnection.connect(args.postgres, autocommit=True)
     try:
         applied = await migrate(admin)
@@ -197,6 +215,9 @@ def sink(args: argparse.Namespace) -> int:
     logs.configure("json", "info")
     try:
         return run_until_signalled(run_sink(args))
+    except SinkOptionError as error:
+        print(f"shoed sink: {error}", file=sys.stderr)
+        return 2
     except (psycopg.Error, OSError) as error:
         log.error("sink_stopped", error=str(error))
         return 1
