@@ -66,3 +66,37 @@ def test_each_logged_event_carries_exactly_its_own_listed_fields(
         assert {k: line[k] for k in LOGGED_FIELDS if k in line} == wanted
     result = lines[[e.type for e in events].index("hand_result")]
     assert {"seq", "shoe_id", "hand_no", "winner", "player_total", "banker_total"} <= set(result)
+
+
+CHILD = """
+import logging
+from shoed import logs
+logs.configure("json", "info")
+logs.get().warning("a_warning")
+logs.get().info("an_info")
+logging.getLogger("mqtt").error("failed to receive on socket: %s", "reset")
+"""
+
+
+@pytest.mark.parametrize("to_journald", [True, False])
+def test_under_journald_each_line_carries_its_priority_and_library_lines_are_json(
+        tmp_path: pathlib.Path, to_journald: bool) -> None:
+    """journalctl -p warning must find the warnings: journald reads a leading <N> as
+    the priority (SyslogLevelPrefix=). Only on the stream systemd connected."""
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    with out.open("w") as stdout:
+        info = os.fstat(stdout.fileno())
+        stream = f"{info.st_dev}:{info.st_ino}" if to_journald else "1:2"
+        subprocess.run([sys.executable, "-c", CHILD], stdout=stdout, check=True,
+                       env={**os.environ, "JOURNAL_STREAM": stream})
+    lines = out.read_text().splitlines()
+    prefixes = [line[:3] for line in lines]
+    assert prefixes == (["<4>", "<6>", "<3>"] if to_journald else ["{\"e", "{\"e", "{\"l"])
+    body = [json.loads(line[3:] if to_journald else line) for line in lines]
+    assert [b["event"] for b in body] == ["a_warning", "an_info", "library_log"]
+    assert body[2] == {**body[2], "level": "error", "logger": "mqtt",
+                       "message": "failed to receive on socket: reset"}
