@@ -127,13 +127,17 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     table_type = table_type or "commission"
     decks = 8 if decks is None else decks
     side_bets: list[str] | None = None
-    if args.side_bets:
-        side_bets = list(SIDE_BETS) if args.side_bets == "all" else [
-            name.strip() for name in args.side_bets.split(",") if name.strip()]
-        unknown = [name for name in side_bets if name not in SIDE_BETS]
-        if unknown:
-            print(f"shoed: --side-bets: expected 'all' or names from {', '.join(SIDE_BETS)}, "
-                  f"got {', '.join(unknown)}", file=sys.stderr)
+    if args.side_bets is not None:
+        names = [name.strip() for name in args.side_bets.split(",")]
+        given = args.side_bets.strip()
+        side_bets = list(SIDE_BETS) if given == "all" else [] if given == "none" else names
+        unknown = [name or "(an empty name)" for name in side_bets if name not in SIDE_BETS]
+        twice = sorted({name for name in side_bets if side_bets.count(name) > 1})
+        if unknown or twice:
+            got = f"got {', '.join(unknown)}" if unknown else f"{', '.join(twice)} twice"
+            print(f"shoed: --side-bets: expected 'all', 'none' or names from "
+                  f"{', '.join(SIDE_BETS)}, "
+                  f"each once; {got}", file=sys.stderr)
             return 2
     if not 1 <= decks <= 12:
         print(f"shoed: --decks: expected 1 to 12, got {decks}", file=sys.stderr)
@@ -304,7 +308,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="1 to 12 (default: the config's rules.decks, else 8)")
     analyze.add_argument("--table", choices=["commission", "super6", "ez"], default=None,
                          help="table type (default: the config's, else commission)")
-    analyze.add_argument("--side-bets", default=None, metavar="all|NAME,...",
+    analyze.add_argument("--side-bets", default=None, metavar="all|none|NAME,...",
                          help="side bets to analyse (default: those the table offers)")
     analyze.add_argument("--config", type=pathlib.Path, default=None,
                          help="take the pay table and side bets from this config file")

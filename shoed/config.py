@@ -14,9 +14,16 @@ import re
 import ssl
 import stat
 import tomllib
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -180,16 +187,28 @@ def topic_prefix_problem(value: str) -> str | None:
     return None
 
 
+def _not_a_bool(value: Any) -> Any:
+    """A pay is a number: TOML's true/false would be read as 1 and 0 (pydantic's lax
+    float), a table that pays what nobody wrote. A number in a string stays accepted:
+    the environment gives every value as a string."""
+    if isinstance(value, bool):
+        raise ValueError(f"a pay is a number, not {str(value).lower()}")
+    return value
+
+
+PayFigure = Annotated[float, BeforeValidator(_not_a_bool)]
+
+
 class PayoutsSection(Section):
-    banker: float | None = Field(default=None, ge=0, le=100)
-    banker_six: float | None = Field(default=None, ge=0, le=100)
-    player: float = Field(default=1.0, ge=0, le=100)
-    tie: float = Field(default=8.0, ge=0, le=1000)
-    pair: float = Field(default=11.0, ge=0, le=1000)
-    big: float = Field(default=0.54, ge=0, le=100)
-    small: float = Field(default=1.5, ge=0, le=100)
+    banker: PayFigure | None = Field(default=None, ge=0, le=100)
+    banker_six: PayFigure | None = Field(default=None, ge=0, le=100)
+    player: PayFigure = Field(default=1.0, ge=0, le=100)
+    tie: PayFigure = Field(default=8.0, ge=0, le=1000)
+    pair: PayFigure = Field(default=11.0, ge=0, le=1000)
+    big: PayFigure = Field(default=0.54, ge=0, le=100)
+    small: PayFigure = Field(default=1.5, ge=0, le=100)
     #: a banker win with exactly three cards totalling 7 (unset: as banker; ez: 0, a push)
-    banker_three_card_seven: float | None = Field(default=None, ge=0, le=100)
+    banker_three_card_seven: PayFigure | None = Field(default=None, ge=0, le=100)
 
 
 # --- side bets: [rules.side_bets.<bet>], a named preset and any figure overridden ------
@@ -210,41 +229,41 @@ class SideBetSection(Section):
 
 class Dragon7Section(SideBetSection):
     preset: Literal["standard"] = "standard"
-    win: float | None = Pay
+    win: PayFigure | None = Pay
 
 
 class Panda8Section(SideBetSection):
     preset: Literal["standard"] = "standard"
-    win: float | None = Pay
+    win: PayFigure | None = Pay
 
 
 class DragonBonusSection(SideBetSection):
     preset: Literal["standard"] = "standard"
-    natural_win: float | None = Pay
-    natural_tie: float | None = Pay
-    win_by_9: float | None = Pay
-    win_by_8: float | None = Pay
-    win_by_7: float | None = Pay
-    win_by_6: float | None = Pay
-    win_by_5: float | None = Pay
-    win_by_4: float | None = Pay
+    natural_win: PayFigure | None = Pay
+    natural_tie: PayFigure | None = Pay
+    win_by_9: PayFigure | None = Pay
+    win_by_8: PayFigure | None = Pay
+    win_by_7: PayFigure | None = Pay
+    win_by_6: PayFigure | None = Pay
+    win_by_5: PayFigure | None = Pay
+    win_by_4: PayFigure | None = Pay
 
 
 class Lucky6Section(SideBetSection):
     preset: Literal["12/20", "12/23"] = "12/20"
-    two_cards: float | None = Pay
-    three_cards: float | None = Pay
+    two_cards: PayFigure | None = Pay
+    three_cards: PayFigure | None = Pay
 
 
 class PerfectPairSection(SideBetSection):
     preset: Literal["either_25", "one_25_both_250"] = "either_25"
-    one: float | None = Pay
-    both: float | None = Pay
+    one: PayFigure | None = Pay
+    both: PayFigure | None = Pay
 
 
 class EitherPairSection(SideBetSection):
     preset: Literal["standard"] = "standard"
-    win: float | None = Pay
+    win: PayFigure | None = Pay
 
 
 class SideBetsSection(Section):

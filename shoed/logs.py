@@ -69,7 +69,7 @@ def to_journald(stream: Any) -> bool:
     return expected == f"{info.st_dev}:{info.st_ino}"
 
 
-def _priority_prefix(logger: Any, method: str, line: str) -> str:
+def _priority_prefix(logger: Any, method: str, line: Any) -> Any:
     return f"<{PRIORITIES.get(method, 6)}>{line}"
 
 

@@ -48,6 +48,8 @@ def test_super6_defaults() -> None:
     ("[device]\nvid = 'zz'\n", "device.vid"),
     ("[nonsense]\na = 1\n", "nonsense"),
     ("[rules.payouts]\nbig = -1\n", "rules.payouts.big"),
+    ("[rules.payouts]\ntie = true\n", "rules.payouts.tie: Value error, a pay is a number"),
+    ("[rules.side_bets.dragon7]\nwin = false\n", "rules.side_bets.dragon7.win: Value error"),
     ("this is not toml", "not valid TOML"),
 ])
 def test_bad_values_name_the_key(tmp_path: pathlib.Path, text: str, needle: str) -> None:

@@ -46,7 +46,9 @@ def hand_result() -> dict[str, Any]:
             "banker_total": 6, "winner": "player", "player_natural": False,
             "banker_natural": False, "player_pair": False, "banker_pair": False,
             "cards_dealt": 4, "big_small": "small", "banker_six": False,
-            "payouts": {"banker": -1.0, "player": 1.0}, "card_indexes": [4, 5, 6, 7]}
+            "payouts": {"banker": -1.0, "player": 1.0, "tie": -1.0, "banker_pair": -1.0,
+                        "player_pair": -1.0, "big": -1.0, "small": 1.5},
+            "card_indexes": [4, 5, 6, 7]}
 
 
 def test_every_part_is_a_2020_12_schema_with_an_id(document: dict[str, Any]) -> None:
@@ -74,8 +76,18 @@ def test_events_are_open_strictly_typed_and_tight_where_it_matters(
             ({**good, "type": "no_such_event"}, "unknown type"),
             ({**good, "winner": "dealer"}, "winner out of its enum"),
             ({**good, "seq": 0}, "seq from 1"),
+            ({**good, "payouts": {}}, "payouts without the main bets"),
+            ({**good, "payouts": {**good["payouts"], "dragon7": "40"}}, "a pay not a number"),
     ]:
         assert not events.is_valid(broken), why
+    # a side bet the table offers is named in the contract, and so are the table types
+    events.validate({**good, "payouts": {**good["payouts"], "dragon7": -1.0, "panda8": 25.0}})
+    payouts = document["events"]["$defs"]["HandResultEvent"]["properties"]["payouts"]
+    assert {"dragon7", "panda8", "dragon_bonus_player", "dragon_bonus_banker", "lucky6",
+            "perfect_pair", "either_pair"} <= set(payouts["properties"])
+    started = document["events"]["$defs"]["ShoeStarted"]["properties"]
+    assert started["table_type"]["enum"] == ["commission", "super6", "ez"]
+    assert started["betting_control"]["enum"] == ["commands", "none"]
     for definition in schemas.event_names().values():
         schema = document["events"]["$defs"][definition]
         assert "type" in schema["required"] and "const" in schema["properties"]["type"]

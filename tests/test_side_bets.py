@@ -364,6 +364,13 @@ def test_cli_takes_the_pay_table_from_a_config(tmp_path: pathlib.Path,
 def test_cli_refuses_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["analyze", "--side-bets", "lucky7"]) == 2
     assert "lucky7" in capsys.readouterr().err
+    for blank in ("", ",", " ", "dragon7,"):  # once analysed nothing, or the defaults
+        assert main(["analyze", "--table", "ez", "--side-bets", blank]) == 2
+        assert "(an empty name)" in capsys.readouterr().err
+    assert main(["analyze", "--side-bets", "dragon7,dragon7"]) == 2
+    assert "dragon7 twice" in capsys.readouterr().err
+    assert main(["analyze", "--table", "ez", "--side-bets", "none", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["side_bets"] == {}
     with pytest.raises(SystemExit) as leaving:  # argparse refuses it, naming the option
         main(["analyze", "--decks", "13"])
     assert leaving.value.code == 2

@@ -9,12 +9,30 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, WithJsonSchema
+
+from .config import BettingControl, UnnecessaryProfile
+from .paytable import SIDE_BETS, TableType
 
 CardPosition = Literal[
     "commencement", "commencement_burn", "burn", "P1", "P2", "P3", "B1", "B2", "B3",
     "unnecessary", "after_shoe_end", "without_shoe",
 ]
+
+
+#: `payouts` of mqtt-api.md section 2: the seven main bets always, a side bet's key when
+#: the table offers it; a bet added later is one more number (consumers ignore keys they
+#: do not know).
+MAIN_BETS = ("banker", "player", "tie", "banker_pair", "player_pair", "big", "small")
+Payouts = Annotated[dict[str, float], WithJsonSchema({
+    "type": "object",
+    "description": "The net units per unit staked on each bet (-1 lost, 0 a push), exactly "
+                   "the configured figure: the seven main bets always, each side bet the "
+                   "table offers (rules.side_bets) under its own name.",
+    "properties": {name: {"type": "number"} for name in (*MAIN_BETS, *SIDE_BETS)},
+    "required": list(MAIN_BETS),
+    "additionalProperties": {"type": "number"},
+})]
 
 
 class EventBase(BaseModel):
@@ -34,9 +52,9 @@ class EventBase(BaseModel):
 class ShoeStarted(EventBase):
     type: Literal["shoe_started"] = "shoe_started"
     decks: int
-    table_type: str
-    unnecessary_cards: str
-    betting_control: str
+    table_type: TableType
+    unnecessary_cards: UnnecessaryProfile
+    betting_control: BettingControl
     trigger: Literal["shoe_loaded", "new_shoe"]
 
 
@@ -80,7 +98,7 @@ class HandResultEvent(EventBase):
     cards_dealt: int
     big_small: Literal["big", "small"]
     banker_six: bool
-    payouts: dict[str, float]
+    payouts: Payouts
     card_indexes: list[int]
 
 
