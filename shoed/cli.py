@@ -206,13 +206,17 @@ def number(kind: type[int] | type[float], low: float | None = None,
             raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
         if (low is not None and value < low) or (high is not None and value > high):
             if high is None:
-                wanted = f"at least {low:g}"
+                wanted = f"at least {shown(low)}"
             elif low is None:
-                wanted = f"at most {high:g}"
+                wanted = f"at most {shown(high)}"
             else:
-                wanted = f"from {low:g} to {high:g}"
+                wanted = f"from {shown(low)} to {shown(high)}"
             raise argparse.ArgumentTypeError(f"must be {wanted}, got {text}")
         return value
+
+    def shown(bound: float | None) -> str:  # exactly: 18446744073709551615, not 1.8e+19
+        return str(bound) if kind is int or (float(bound or 0).is_integer() and \
+            abs(bound or 0) < 1e16) else f"{bound:g}"
 
     parse.__name__ = kind.__name__  # argparse names the type in its own messages
     return parse
