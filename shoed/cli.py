@@ -46,6 +46,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return 1
     except KeyboardInterrupt:
         return 0
+    except Exception:  # logged by the daemon (daemon_failed), its tasks stopped
+        return 1
     return 0
 
 

@@ -29,7 +29,7 @@ from shoed.core.engine import build_models
 from shoed.desk import CommandDesk
 from shoed.device.session import TIMER_MAX_S, DeviceSession
 from shoed.device.transports import Transport
-from shoed.errors import SupervisionFailed
+from shoed.errors import StorageError, SupervisionFailed
 from shoed.sdnotify import Notifier
 from shoed.status import TableStatus
 from shoed.store.outbox import Outbox
@@ -56,6 +56,7 @@ class Daemon:
         self.supervisor = Supervisor(self.status, self.log)
         self._transport_factory = transport_factory
         self._stop = asyncio.Event()
+        self._stopped = False  # shutdown() ran
         self._last_line = ""
         self._mqtt: MqttService | None = None  # built after READY (build_mqtt)
         rules = settings.rules
@@ -156,7 +157,31 @@ class Daemon:
                          "start: restart it (systemctl restart shoed) to apply a change")
 
     async def run(self) -> None:
-        self.build_table()
+        """Serve until a stop is requested (SIGTERM, or the supervisor gave up). However
+        it ends (a failure after READY, a cancel from Ctrl-C in the restore), the tasks
+        are stopped before it returns: left running, the loop's own clean-up would cancel
+        them, the supervisor would take that for a stray cancel and start them again,
+        and the process would hang forever with the watchdog fed (issue 13 section 1)."""
+        try:
+            self.build_table()
+        except StorageError:
+            raise  # the journal cannot be opened: `cannot_start`, said by the caller
+        except Exception as error:
+            self.log.error("daemon_failed", error=repr(error), exc_info=error,
+                           action="not started (exit 1)")
+            raise
+        try:
+            await self._serve()
+        except Exception as error:
+            self.log.error("daemon_failed", error=repr(error), exc_info=error,
+                           action="stopping (exit 1)")
+            raise
+        finally:
+            await self.shutdown()
+        if self.supervisor.gave_up is not None:
+            raise self.supervisor.gave_up
+
+    async def _serve(self) -> None:
         # What exists now (modules, schemas, the restored state) lives as long as the
         # process: keep it out of the collector's full passes, which would otherwise walk
         # it every few thousand allocations and stall a card by milliseconds.
@@ -184,9 +209,6 @@ class Daemon:
         check = asyncio.create_task(self.recorder.integrity_check(), name="integrity_check")
         check.add_done_callback(self._check_done)
         await self._stop.wait()
-        await self.shutdown()
-        if self.supervisor.gave_up is not None:
-            raise self.supervisor.gave_up
 
     def _check_done(self, task: asyncio.Task[None]) -> None:
         if not task.cancelled() and (error := task.exception()) is not None:
@@ -195,6 +217,9 @@ class Daemon:
     async def shutdown(self) -> None:
         """Stop taking cards, flush what the broker takes (briefly), say offline, stop
         the tasks, close the link, snapshot. Unpublished events stay in the journal."""
+        if self._stopped:
+            return
+        self._stopped = True
         self.notifier.notify(STOPPING=1, STATUS="stopping")
         self.log.info("stopping", outbox=self.outbox.depth())
         self.session.stop_accepting()

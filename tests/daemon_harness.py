@@ -5,6 +5,8 @@ that only tests install, chosen by environment variables (never in the product):
   its ACK (a hook on the recorder's RECORD_HOOKS);
 * SHOED_TEST_FAIL=mqtt|device|timer and SHOED_TEST_FAIL_TIMES=N (default: always): that
   loop raises RuntimeError("injected fault") N times, then works;
+  SHOED_TEST_FAIL=after_ready: building the MQTT service right after READY raises (as a
+  broken install's import of aiomqtt would, decisions.md 127);
 * SHOED_TEST_BACKOFF=first,longest: the supervisor's restart back-off, in seconds;
 * SHOED_TEST_NO_REPLAY_CONNECTION=1: a replay's own connection cannot be made (it goes
   to a port where nothing listens);
@@ -84,6 +86,10 @@ def install() -> None:
         _failing(DeviceSession, "run", times)  # the device loop fails as it starts
     elif fail == "timer":
         _failing(DeviceSession, "on_timer", times)  # raised inside the timer's callback
+    elif fail == "after_ready":
+        from shoed.daemon import Daemon
+
+        _failing(Daemon, "build_mqtt", times)
 
 
 if __name__ == "__main__":

@@ -676,3 +676,42 @@ def test_sighup_is_logged_and_the_daemon_deals_on(tmp_path: pathlib.Path,
             assert d.stop() == 0
         task.cancel()
     asyncio.run(main())
+
+
+def test_a_failure_after_ready_ends_the_daemon_non_zero_and_stops_the_pings(
+        tmp_path: pathlib.Path, broker: PrivateMosquitto) -> None:
+    """Outside the supervised loops (here: building the MQTT service after READY) a
+    failure once left the loop's clean-up cancelling the loops and the supervisor
+    restarting them: the process hung for ever, the watchdog fed, SIGTERM ignored."""
+    with daemon(tmp_path, broker.url) as d:
+        d.start_shoe(seed=9, pace=0.1)
+        d.start(SHOED_TEST_FAIL="after_ready")
+        assert d.proc is not None
+        code = d.proc.wait(timeout=20)
+        assert code == 1
+        failed = d.logged("daemon_failed")
+        assert failed and "injected fault in Daemon.build_mqtt" in failed[0]["error"]
+        assert not d.logged("task_failed"), d.logged("task_failed")
+        stopping = d.notifications.first("stopping")
+        assert stopping is not None and not d.notifications.pings(after=stopping + 0.1)
+
+
+def test_a_daemon_cancelled_from_outside_stops_its_loops(tmp_path: pathlib.Path,
+                                                          broker: PrivateMosquitto) -> None:
+    """A cancel of run() itself (asyncio.Runner's on Ctrl-C before the daemon's own
+    SIGINT handler is in place): the loops are stopped with it, not left for the
+    loop's clean-up to cancel and the supervisor to restart (a hang, fed watchdog)."""
+    from rig import rig
+
+    async def main() -> None:
+        async with rig(tmp_path, broker, collector=False) as r:
+            await wait_for(lambda: bool(r.daemon.supervisor.tasks), 10, "the loops")
+            running = r.tasks[1]
+            running.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait_for(running, 10)
+            await asyncio.sleep(1.0)  # a restart would be due by now (back-off 0.5 s)
+            assert r.daemon.supervisor.stopping
+            assert all(task.done() for task in r.daemon.supervisor.tasks.values())
+            assert r.daemon.supervisor.restarts == 0
+    asyncio.run(main())
