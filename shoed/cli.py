@@ -391,6 +391,9 @@ def add_feed_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--protocol", choices=["5", "3.1.1"], default="5")
     parser.add_argument("--grace", type=number(float, 0, 3600), default=2.0,
                         help="seconds a gap may wait for late events before a replay")
+    from .client.options import add_tls_options
+
+    add_tls_options(parser)
 
 
 def add_simulation_options(parser: argparse.ArgumentParser) -> None:

@@ -238,3 +238,45 @@ def test_a_publish_the_acl_refuses_is_not_counted_as_published(
                 if "mqtt_publish_refused" in line]
     assert refusals and refusals[0]["level"] == "error"
     assert refusals[0]["topic"] == "shoed/T9/events" and refusals[0]["code"] == "0x87"
+
+
+def test_tail_takes_the_casinos_ca_and_writes_only_events_to_stdout(
+        tmp_path: pathlib.Path, secure_broker) -> None:
+    """`shoed tail --ca-file`: a broker whose certificate a private CA signed (as
+    deploy/mosquitto and install.md set it up), not the system's store. Its own log
+    lines go to stderr: `--json` output is JSON events, nothing else."""
+    import sys
+
+    broker, pki = secure_broker
+    (tmp_path / "pw").write_text(PASSWORDS["table-T9"] + "\n")
+    (tmp_path / "con").write_text(PASSWORDS["consumer"] + "\n")
+    url = f"mqtts://127.0.0.1:{broker.port}"
+
+    async def main() -> None:
+        out = (tmp_path / "tail.out").open("w")
+        err = (tmp_path / "tail.err").open("w")
+        tail = subprocess.Popen(
+            [sys.executable, "-m", "shoed.cli", "tail", "--table", "T9", "--url", url,
+             "--json", "--from-seq", "1", "--username", "consumer", "--password-file",
+             str(tmp_path / "con"), "--ca-file", str(pki / "ca.crt")],
+            stdout=out, stderr=err)
+        try:
+            broker_url = type("B", (), {"url": url, "port": broker.port})()
+            async with rig(tmp_path, broker_url, decks=1, seed=2,  # type: ignore[arg-type]
+                           script=Script(pace_s=0.02, shoes=1), collector=False,
+                           mqtt={"username": "table-T9", "password_file": str(tmp_path / "pw"),
+                                 "ca_file": str(pki / "ca.crt")},
+                           auth={"roles": {"consumer": "auditor"}}):  # it may replay
+                await wait_for(lambda: len((tmp_path / "tail.out").read_text().splitlines())
+                               >= 5, 30, "events through tail over TLS")
+        finally:
+            tail.terminate()
+            tail.wait(10)
+            out.close()
+            err.close()
+        lines = (tmp_path / "tail.out").read_text().splitlines()
+        seqs = [json.loads(line)["seq"] for line in lines]  # every line a JSON event
+        assert seqs[:5] == [1, 2, 3, 4, 5]
+        assert "CERTIFICATE_VERIFY_FAILED" not in (tmp_path / "tail.err").read_text()
+
+    asyncio.run(main())

@@ -253,3 +253,28 @@ async def test_tail_prints_one_readable_line_per_event(tmp_path: pathlib.Path,
         tail.send_signal(signal.SIGTERM)
         tail.wait(timeout=10)
         table.stop()
+
+
+@asynctest
+async def test_a_break_after_commit_does_not_deliver_that_event_again(
+        tmp_path: pathlib.Path, broker: Any) -> None:
+    """The cursor moves when the loop asks for the next event; a consumer that stops
+    after handling one says so with commit(), and the next start goes on after it."""
+    table = TableProcess(tmp_path, broker.url).start()
+    store = SQLiteCursorStore(tmp_path / "feed.cursor")
+    try:
+        for run, commit in enumerate((True, False)):
+            handled: list[int] = []
+            async with TableFeed(broker.url, "T9", from_seq=1, grace_s=0.5,
+                                 cursor_store=store) as feed:
+                async for event in feed:
+                    handled.append(event["seq"])
+                    if len(handled) == 5:
+                        if commit:
+                            await feed.commit()
+                        break
+            assert handled == ([1, 2, 3, 4, 5] if run == 0 else [6, 7, 8, 9, 10])
+        saved = await store.load("T9")
+        assert saved is not None and saved.seq == 9  # the 10th was not committed
+    finally:
+        table.stop()

@@ -52,12 +52,15 @@ class CommandRefused(CommandError):
 
 
 class CommandTimeout(ShoedClientError):
-    def __init__(self, request_id: str, command: str, attempts: int, waited_s: float) -> None:
+    def __init__(self, request_id: str, command: str, attempts: int, waited_s: float,
+                 not_connected: str | None = None) -> None:
         self.request_id = request_id
         self.command = command
         self.attempts = attempts
+        self.not_connected = not_connected  # why the client is not connected, if it is not
+        why = f": not connected to the broker ({not_connected})" if not_connected else ""
         super().__init__(f"no answer to {command} (request_id {request_id}) after "
-                         f"{attempts} attempt(s), {waited_s:.1f} s")
+                         f"{attempts} attempt(s), {waited_s:.1f} s{why}")
 
 
 class FeedError(ShoedClientError):

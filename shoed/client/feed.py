@@ -109,6 +109,7 @@ class TableConnection:
         self._task: asyncio.Task[None] | None = None
         self._closing = False
         self.connects = 0
+        self.last_error: str | None = None  # why the last connection failed or ended
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -174,8 +175,20 @@ class TableConnection:
                         except Exception:  # one bad message must not stop the feed
                             log.exception("client_message_failed", table=self.table,
                                           topic=str(message.topic))
+            except aiomqtt.MqttCodeError as error:
+                # The broker answered and said no (credentials, authorisation, protocol):
+                # it will say so again until someone changes something.
+                self.last_error = str(error)
+                log.warning("client_refused", table=self.table, url=self.brokers.current.url,
+                            username=self.username, error=str(error),
+                            action="trying again; check the user, its password and the "
+                                   "broker's ACL")
             except aiomqtt.MqttError as error:
-                log.info("client_disconnected", table=self.table, error=str(error))
+                self.last_error = str(error)
+                level = log.warning if "SSL" in self.last_error or "certificate" in \
+                    self.last_error else log.info
+                level("client_disconnected", table=self.table, url=self.brokers.current.url,
+                      error=str(error))
             finally:
                 self._client = None
                 self._connected.clear()
@@ -246,7 +259,9 @@ class TableConnection:
                 await asyncio.wait((future,), timeout=max(0.01, deadline - time.monotonic()))
                 if future.done():
                     return future.result()
-            raise CommandTimeout(request_id, name, attempts, time.monotonic() - started)
+            raise CommandTimeout(request_id, name, attempts, time.monotonic() - started,
+                                 None if self._connected.is_set() else
+                                 self.last_error or "never connected")
         finally:
             self._pending.pop(request_id, None)
 
@@ -454,6 +469,14 @@ class TableFeed(TableConnection):
                 return
 
     # -- iteration --------------------------------------------------------------------------
+
+    async def commit(self) -> None:
+        """The last event (or batch) given out is handled: save the cursor now. The loop
+        does this itself when it asks for the next item; call it before a ``break`` that
+        comes after the handling, or that last event is delivered again at the next
+        start (at least once, never lost). A loop that ends by an exception in the
+        handling, or a ``break`` before it, must not call it."""
+        await self._commit()
 
     async def _commit(self) -> None:
         if self._uncommitted is not None:

@@ -12,6 +12,7 @@ from shoed.aio import run_until_signalled
 
 from .cursor import SQLiteCursorStore
 from .feed import TableFeed
+from .options import OptionError, feed_options
 
 
 def describe(event: dict[str, Any]) -> str:
@@ -54,21 +55,17 @@ class TailError(Exception):
 
 def _feed(args: argparse.Namespace) -> TableFeed:
     try:
-        password = args.password_file.read_text().strip() if args.password_file else None
-    except (OSError, UnicodeDecodeError) as error:
-        raise TailError(f"--password-file {args.password_file}: cannot read it: "
-                        f"{getattr(error, 'strerror', None) or error}") from None
+        options = feed_options(args)
+    except OptionError as error:
+        raise TailError(str(error)) from None
     try:
         store = SQLiteCursorStore(args.cursor) if args.cursor else None
     except (OSError, sqlite3.Error) as error:
         raise TailError(f"--cursor {args.cursor}: cannot be used as the cursor's SQLite "
                         f"file: {error}") from None
-    try:
-        return TableFeed(args.url, args.table, root=f"{args.prefix}/{args.table}",
-                         cursor_store=store, from_seq=args.from_seq, grace_s=args.grace,
-                         username=args.username, password=password, protocol=args.protocol)
-    except ValueError as error:
-        raise TailError(f"--url: {error}") from None
+    return TableFeed(args.url, args.table, root=f"{args.prefix}/{args.table}",
+                     cursor_store=store, from_seq=args.from_seq, grace_s=args.grace,
+                     **options)
 
 
 async def run_tail(args: argparse.Namespace) -> int:
@@ -82,6 +79,11 @@ async def run_tail(args: argparse.Namespace) -> int:
 
 
 def tail(args: argparse.Namespace) -> int:
+    from shoed import logs
+
+    # The client's own lines (a lost connection, a gap) go to stderr: stdout carries the
+    # events alone (`--json`: one JSON event per line, for jq).
+    logs.configure("console" if sys.stderr.isatty() else "json", "info", file=sys.stderr)
     try:
         return run_until_signalled(run_tail(args))  # SIGTERM/SIGINT: exit 0
     except TailError as error:

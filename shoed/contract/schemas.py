@@ -253,6 +253,13 @@ def definitions() -> dict[str, Any]:
     roads = roads_schema()
     for name, schema in roads.pop("$defs", {}).items():
         defs.setdefault(name, schema)
+    # Published: open to fields added later, like every other published payload (the
+    # commands, which the daemon reads, stay closed).
+    _open(roads)
+    strict = set(command_names().values())
+    for name in _referenced(roads, defs) - strict:
+        _open(defs[name])
+    assert "Roads" not in defs, "a command or event model named Roads would hide the board"
     defs["Roads"] = roads
     _walk(defs, _strip_discriminator)
     return defs

@@ -119,7 +119,7 @@ class Replay(CommandBase):
     to_seq: StrictInt | None = Field(default=None, ge=1, le=MAX_SAFE_INTEGER)
 
 
-class Roads(CommandBase):
+class RoadsCommand(CommandBase):
     """The current scoreboard (roads.md section 7); read-only, every role."""
 
     command: Literal["roads"]
@@ -140,7 +140,7 @@ class Whoami(CommandBase):
 
 Command = Annotated[
     NewShoe | CloseBetting | ManualCard | Resume | VoidHand | VoidShoe | EndShoe | Realign
-    | CutCardCommand | ReportMisorder | Recall | Replay | Roads | AckAlarm | Whoami,
+    | CutCardCommand | ReportMisorder | Recall | Replay | RoadsCommand | AckAlarm | Whoami,
     Field(discriminator="command"),
 ]
 COMMAND_ADAPTER: TypeAdapter[Command] = TypeAdapter(Command, config=ConfigDict(defer_build=True))

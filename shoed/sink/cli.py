@@ -28,7 +28,7 @@ import structlog
 from shoed.aio import run_until_signalled
 from shoed.client.cursor import Cursor
 from shoed.client.feed import TableConnection, TableFeed
-from shoed.mqtt.brokers import BrokerList, split_urls
+from shoed.client.options import OptionError, feed_options
 
 from .db import apply_batch, apply_event, load_cursor, migrate
 
@@ -120,7 +120,7 @@ class Sink:
             topic = f"$share/{self.group}/{topic}"
         probe = TableConnection(self.url, "discovery", **{
             k: v for k, v in self.feed_options.items()
-            if k in ("username", "password", "protocol")})
+            if k in ("username", "password", "protocol", "tls_context")})
         while True:
             try:
                 async with aiomqtt.Client(probe.host, probe.port, username=probe.username,
@@ -170,23 +170,12 @@ class Sink:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-class SinkOptionError(Exception):
-    """An option that cannot be used: one line naming it, exit 2."""
-
-
 async def run_sink(args: argparse.Namespace) -> int:
-    if not args.migrate_only:
-        try:  # the broker URL before the database is touched
-            BrokerList.of(split_urls(args.url))
-        except ValueError as error:
-            raise SinkOptionError(f"--url: {error}") from None
-        if args.password_file:
-            try:
-                args.password_file.read_text()
-            except (OSError, UnicodeDecodeError) as error:
-                raise SinkOptionError(f"--password-file {args.password_file}: cannot read "
-                                      f"it: {getattr(error, 'strerror', None) or error}"
-                                      ) from None
+    options: dict[str, Any] = {}
+    if not args.migrate_only:  # the options before the database is touched
+        options = feed_options(args)
+        if args.group and args.protocol != "5":
+            raise OptionError("--group needs MQTT 5 shared subscriptions (--protocol 5)")
     admin = await psycopg.AsyncConnection.connect(args.postgres, autocommit=True)
     try:
         applied = await migrate(admin)
@@ -197,14 +186,9 @@ async def run_sink(args: argparse.Namespace) -> int:
     if args.migrate_only:
         print(json.dumps({"migrations_applied": applied}))
         return 0
-    if args.group and args.protocol != "5":
-        print("shoed sink: --group needs MQTT 5 shared subscriptions (--protocol 5)")
-        return 2
-    password = args.password_file.read_text().strip() if args.password_file else None
     tables = [t.strip() for t in args.tables.split(",") if t.strip()] if args.tables else None
     sink = Sink(args.url, args.postgres, prefix=args.prefix, tables=tables, group=args.group,
-                feed_options={"grace_s": args.grace, "username": args.username,
-                              "password": password, "protocol": args.protocol})
+                feed_options={"grace_s": args.grace, **options})
     await sink.run()
     return 0
 
@@ -215,7 +199,7 @@ def sink(args: argparse.Namespace) -> int:
     logs.configure("json", "info")
     try:
         return run_until_signalled(run_sink(args))
-    except SinkOptionError as error:
+    except OptionError as error:
         print(f"shoed sink: {error}", file=sys.stderr)
         return 2
     except (psycopg.Error, OSError) as error:

@@ -1,0 +1,81 @@
+"""The options `shoed tail` and `shoed sink` share (the broker, the login, TLS), checked
+before anything connects: one line naming the option, exit 2 (decisions.md 164)."""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import ssl
+from typing import Any
+
+from shoed.config import topic_prefix_problem
+from shoed.mqtt.brokers import BrokerList, split_urls
+
+
+class OptionError(Exception):
+    """An option that cannot be used; the message names it."""
+
+
+def add_tls_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--ca-file", type=pathlib.Path, default=None,
+                        help="the CA bundle that signed the broker's certificate (mqtts://; "
+                             "default: the system's)")
+    parser.add_argument("--cert-file", type=pathlib.Path, default=None,
+                        help="a client certificate (PEM), for a broker that asks for one")
+    parser.add_argument("--key-file", type=pathlib.Path, default=None,
+                        help="its key, when not in --cert-file")
+
+
+def _read(path: pathlib.Path, option: str) -> str:
+    try:
+        return path.read_text()
+    except (OSError, UnicodeDecodeError) as error:
+        raise OptionError(f"{option} {path}: cannot read it: "
+                          f"{getattr(error, 'strerror', None) or error}") from None
+
+
+def feed_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The keyword arguments of TableFeed/TableConnection from the shared options."""
+    try:
+        brokers = BrokerList.of(split_urls(args.url))
+    except ValueError as error:
+        raise OptionError(f"--url: expected mqtt:// or mqtts:// URLs, got {args.url!r}: "
+                          f"{error}") from None
+    tls = {b.tls for b in brokers.brokers}
+    if len(tls) > 1:
+        raise OptionError(f"--url: {args.url!r}: every broker must use TLS (mqtts://), "
+                          "or none")
+    problem = topic_prefix_problem(args.prefix)
+    if problem is not None:
+        raise OptionError(f"--prefix: {args.prefix!r} {problem}")
+    password = _read(args.password_file, "--password-file").strip() \
+        if args.password_file else None
+    context: ssl.SSLContext | None = None
+    files = {"--ca-file": args.ca_file, "--cert-file": args.cert_file,
+             "--key-file": args.key_file}
+    given = [option for option, path in files.items() if path is not None]
+    if given and tls != {True}:
+        raise OptionError(f"{given[0]}: given, but --url is not mqtts:// ({args.url!r})")
+    if args.key_file is not None and args.cert_file is None:
+        raise OptionError("--key-file: given without --cert-file")
+    if True in tls:
+        context = ssl.create_default_context()
+        if args.ca_file is not None:
+            _read(args.ca_file, "--ca-file")
+            try:
+                context.load_verify_locations(cafile=str(args.ca_file))
+            except (ssl.SSLError, ValueError) as error:
+                raise OptionError(f"--ca-file {args.ca_file}: not a PEM certificate bundle "
+                                  f"({error})") from None
+        if args.cert_file is not None:
+            _read(args.cert_file, "--cert-file")
+            if args.key_file is not None:
+                _read(args.key_file, "--key-file")
+            try:
+                context.load_cert_chain(str(args.cert_file),
+                                        str(args.key_file) if args.key_file else None)
+            except ssl.SSLError as error:
+                raise OptionError(f"--cert-file {args.cert_file}: cannot be loaded: not "
+                                  f"PEM, or the key does not fit ({error})") from None
+    return {"username": args.username, "password": password, "protocol": args.protocol,
+            "tls_context": context}
