@@ -150,3 +150,42 @@ def test_daemon_kill9_at_random_instants_loses_and_doubles_nothing(
     print(f"kill -9 run: {report.kills} kills, {report.crash_points} crash points, "
           f"{len(report.dealt)} cards, {len(report.events)} events, "
           f"{time.monotonic() - started:.1f} s")
+
+
+def test_usb_writes_never_wait_on_the_event_loop(tmp_path: pathlib.Path,
+                                                 broker: PrivateMosquitto) -> None:
+    """pyusb's bulk write blocks (field-notes: "run them in a thread with finite
+    timeouts"): with a shoe whose bulk OUT takes 50 ms, every write happens off the
+    loop's thread, and every card still arrives, once."""
+    import threading
+    import time as clock
+
+    class SlowOut(SimulatedUsbBackend):
+        threads: set[str] = set()
+
+        def bulk_write(self, dev_handle: Any, ep: int, intf: int, data: Any,
+                       timeout: int) -> int:
+            self.threads.add(threading.current_thread().name)
+            clock.sleep(0.05)
+            return super().bulk_write(dev_handle, ep, intf, data, timeout)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        shoe = SimulatedShoe(decks=1, seed=4, script=Script(pace_s=0.02, shoes=1),
+                             now=loop.time())
+        backend = SlowOut(shoe)
+        backend.start()
+        try:
+            async with rig(tmp_path, broker, shoe=shoe,
+                           transport_factory=lambda: UsbTransport(0x1209, 0xBAC0,
+                                                                  backend=backend),
+                           device={"transport": "usb"}) as r:
+                c = r.collector
+                await wait_for(lambda: c.of("shoe_ended"), 90, "the shoe to end")
+                await wait_for(lambda: r.daemon.outbox.depth() == 0, 10, "outbox drained")
+                check_shoe(c.events, shoe.dealt)
+        finally:
+            backend.stop()
+        assert backend.threads and threading.main_thread().name not in backend.threads, \
+            backend.threads
+    asyncio.run(main())

@@ -1557,7 +1557,7 @@ class Engine:
         reports = [r for r in reversed(self._state.shoe_reports) if r["shoe_id"] in shoes]
         return {"hands": hands, "shoe_reports": reports}
 
-    def _cmd_roads(self, c: cmd.Roads) -> dict[str, Any]:
+    def _cmd_roads(self, c: cmd.RoadsCommand) -> dict[str, Any]:
         return self.roads_message()
 
     def _cmd_ack_alarm(self, c: cmd.AckAlarm) -> dict[str, Any]:

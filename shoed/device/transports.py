@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import queue
 import threading
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -37,13 +38,21 @@ class Transport(Protocol):
 
 
 class _ThreadedTransport:
-    """A reader thread feeding an asyncio queue; writes go through a writer thread."""
+    """A reader thread feeding an asyncio queue; writes go through a writer thread.
+
+    The event loop never waits for the device: what `_write_now` cannot hand over at
+    once (pyusb's bulk write always, a full tty's rest) goes to the writer thread, in
+    order (field-notes: "pyusb calls block: run them in a thread with finite
+    timeouts"). A failed write there is the transport's loss, reported to the loop.
+    """
 
     description = "device"
 
     def __init__(self) -> None:
         self._queue: asyncio.Queue[bytes | BaseException] = asyncio.Queue()
-        self._writes: asyncio.Queue[bytes | None] | None = None
+        self._writes: queue.SimpleQueue[bytes | None] | None = None
+        self._writes_pending = 0  # handed to the writer thread, not yet written
+        self._writer: threading.Thread | None = None
         self._stop = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._threads: list[threading.Thread] = []
@@ -114,20 +123,63 @@ class _ThreadedTransport:
             raise item
         return item
 
+    def _write_now(self, data: bytes) -> bytes:
+        """Write what can be written without waiting (on the loop's thread); the rest.
+        Nothing by default: every write goes to the writer thread."""
+        return data
+
     def write(self, data: bytes) -> None:
-        if not data:
+        if not data or self._lost is not None:
             return
         try:
-            self._write_blocking(data)
+            rest = self._write_now(data) if not self._writes_pending else data
         except Exception as error:
+            self._write_failed(error)
+            return
+        if rest:
+            if self._writer is None:
+                self._writes = queue.SimpleQueue()
+                self._writer = threading.Thread(target=self._write_in_thread,
+                                                args=(self._writes,), name="shoe-writer",
+                                                daemon=True)
+                self._writer.start()
+            assert self._writes is not None
+            self._writes_pending += 1
+            self._writes.put(rest)
+
+    def _write_in_thread(self, writes: queue.SimpleQueue[bytes | None]) -> None:
+        loop = self._loop
+        while (data := writes.get()) is not None:
+            error: Exception | None = None
+            try:
+                if not self._stop.is_set():
+                    self._write_blocking(data)
+            except Exception as failure:
+                error = failure
+            if loop is None:
+                continue
+            with contextlib.suppress(RuntimeError):  # the loop closed
+                loop.call_soon_threadsafe(self._written, error)
+
+    def _written(self, error: Exception | None) -> None:
+        self._writes_pending = max(0, self._writes_pending - 1)
+        if error is not None and not self._stop.is_set():
+            self._write_failed(error)
+
+    def _write_failed(self, error: BaseException) -> None:
+        if self._lost is None:
             self._lost = TransportLost(f"{self.description}: write failed: {error}")
             self._queue.put_nowait(self._lost)
 
     async def close(self) -> None:
         self._stop.set()
+        writer, self._writer = self._writer, None
+        if writer is not None and self._writes is not None:
+            self._writes.put(None)
+        self._writes_pending = 0
         with contextlib.suppress(Exception):
             await asyncio.to_thread(self._close_blocking)
-        for thread in self._threads:
+        for thread in [*self._threads, *([writer] if writer is not None else [])]:
             await asyncio.to_thread(thread.join, 1.0)
 
 
@@ -207,14 +259,17 @@ class SerialTransport(_ThreadedTransport):
         self._stop_watching()
         await super().close()
 
-    def _write_blocking(self, data: bytes) -> None:
+    def _write_now(self, data: bytes) -> bytes:
         """One write(2) when the tty takes it all (the common case: a frame or an ACK is
-        a few bytes); otherwise pyserial's write, with its write timeout, for the rest."""
+        a few bytes); the rest, if the tty is full, goes to the writer thread."""
         if self._direct and self._fd is not None:
-            with contextlib.suppress(BlockingIOError):  # full: pyserial waits for room
+            with contextlib.suppress(BlockingIOError):  # full: the writer thread waits
                 data = data[os.write(self._fd, data):]
-            if not data:
-                return
+            return data
+        return data  # not a tty (socket://, rfc2217://): pyserial's write, in the thread
+
+    def _write_blocking(self, data: bytes) -> None:
+        """pyserial's write, with its write timeout (in the writer thread)."""
         self._serial.write(data)
 
     def _close_blocking(self) -> None:
