@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import pathlib
 import subprocess
@@ -189,3 +190,42 @@ def test_usb_writes_never_wait_on_the_event_loop(tmp_path: pathlib.Path,
         assert backend.threads and threading.main_thread().name not in backend.threads, \
             backend.threads
     asyncio.run(main())
+
+
+def test_the_hosts_get_info_is_sent_again_after_250_ms(tmp_path: pathlib.Path,
+                                                         broker: PrivateMosquitto) -> None:
+    """Spec section 3: "No ACK within 250 ms: the sender retransmits"; the host's opening
+    GET_INFO once waited for the timer's next second. A device that never answers."""
+    class Mute:
+        description = "mute"
+
+        def __init__(self) -> None:
+            self.writes: list[tuple[float, bytes]] = []
+
+        async def open(self) -> None:
+            pass
+
+        async def read(self) -> bytes:
+            await asyncio.sleep(3600)
+            return b""
+
+        def receive_with(self, receiver: Any) -> None:
+            pass
+
+        def write(self, data: bytes) -> None:
+            self.writes.append((clock(), data))
+
+        async def close(self) -> None:
+            pass
+
+    clock = time.monotonic
+    mute = Mute()
+
+    async def main() -> None:
+        async with rig(tmp_path, broker, transport_factory=lambda: mute, collector=False):
+            await wait_for(lambda: len(mute.writes) >= 4, 10, "GET_INFO sent four times")
+    asyncio.run(main())
+    assert len({data for _, data in mute.writes[:4]}) == 1  # the same bytes each time
+    times = [t for t, _ in mute.writes[:4]]
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert all(0.2 <= gap < 0.6 for gap in gaps), gaps

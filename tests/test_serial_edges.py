@@ -372,3 +372,44 @@ def test_a_gap_before_a_frame_of_unknown_type_is_a_loss(tmp_path: pathlib.Path,
                            "the hold")
             assert "cards_lost" in t.collector.retained["state"]["hold"]["reasons"]
     asyncio.run(main())
+
+
+def test_a_flood_of_noise_is_summed_up_not_logged_frame_by_frame(
+        tmp_path: pathlib.Path, broker: PrivateMosquitto,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A wrong baud rate puts a thousand bad frames a second on the line: one line per
+    frame would flood the log (journald's rate limit then drops the daemon's other lines,
+    errors included). The first is logged, the rest summed up; the cards go on."""
+    import json
+
+    from shoed import logs
+    from shoed.device import session
+
+    monkeypatch.setattr(session, "REJECTS_EVERY_S", 0.5)
+    logs.configure("json", "info")
+    dealt = cards(6)
+    rng = random.Random(7)
+
+    async def main() -> None:
+        async with table(tmp_path, broker) as t:
+            noise = [bytes(rng.randrange(1, 256) for _ in range(12)) + b"\x00"
+                     for _ in range(1500)]
+            await t.shoe.write_pieces(noise, 0.0003)
+            await asyncio.sleep(1.5)  # the summary is due
+            for seq, data in enumerate(shoe_frames(dealt)):
+                await t.shoe.write(data)
+                await t.shoe.acked(seq)
+            await t.wait_cards(len(dealt))
+            t.check(dealt)
+
+    try:
+        asyncio.run(main())
+    finally:
+        logs.configure("json", "warning")
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()
+             if line.startswith("{")]
+    single = [line for line in lines if line["event"] == "frame_rejected"]
+    summed = [line for line in lines if line["event"] == "frames_rejected"]
+    assert 1 <= len(single) <= 3 and summed, (len(single), len(summed))
+    assert sum(line["count"] for line in summed) + len(single) >= 1000
+    assert summed[0]["level"] == "warning" and "baud" in summed[0]["hint"]

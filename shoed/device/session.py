@@ -43,6 +43,7 @@ from shoed.eventlog import EventLog
 from shoed.status import TableStatus
 from shoed.store.recorder import Recorder
 
+REJECTS_EVERY_S = 10.0  # rejected frames: one log line at most this often
 TIMER_MAX_S = 1.0  # the timer fires at least this often (liveness of the timer itself)
 
 
@@ -71,14 +72,19 @@ class DeviceSession:
         self._device_requests: list[DeviceRequest] = []
         self._unlogged: list[Any] = []
         self._timer: asyncio.TimerHandle | None = None
+        self._rejects: dict[str, int] = {}  # frames rejected since the last log line
+        self._rejects_logged_at = -REJECTS_EVERY_S
         recorder.on_output = self.after_output
         recorder.on_storage_failed = self.lock_gate
 
     def on_bytes(self, data: bytes) -> None:
         """Bytes from the shoe: decode, journal, then ACK."""
-        self.link.receive_data(data, time.monotonic())
+        link = self.link
+        link.receive_data(data, time.monotonic())
         self._drain_link()
         self._flush()
+        if not link.idle:  # a frame of ours in flight (a NAK may have moved its time)
+            self.arm_timer()
 
     def _receive(self, data: bytes) -> None:
         try:
@@ -105,7 +111,7 @@ class DeviceSession:
                 self._commit([*lost, Notice(**stamped, code="protocol_mismatch",
                                             message=event.detail)], event.dedup_after)
             elif isinstance(event, FrameRejected):
-                self.log.info("frame_rejected", reason=event.reason, detail=event.detail)
+                self._rejected_frame(event)
             elif isinstance(event, PeerLost):
                 self.log.warning("device_silent", seconds=5)
                 self._commit([DeviceLink(**stamp(self.recorder.uptime), connected=False)])
@@ -116,10 +122,31 @@ class DeviceSession:
             elif isinstance(event, Delivered):
                 pass  # our GET_INFO / SET_GATE / SET_INDICATOR arrived
 
+    def _rejected_frame(self, event: FrameRejected) -> None:
+        """A line with noise (a wrong baud rate: a thousand a second) must not flood the
+        log, where journald's rate limit would then drop every other line too: the first
+        is logged, the rest counted and summed up every REJECTS_EVERY_S."""
+        now = time.monotonic()
+        if now - self._rejects_logged_at >= REJECTS_EVERY_S and not self._rejects:
+            self._rejects_logged_at = now
+            self.log.info("frame_rejected", reason=event.reason, detail=event.detail)
+            return
+        self._rejects[event.reason] = self._rejects.get(event.reason, 0) + 1
+
+    def _log_rejects(self) -> None:
+        if self._rejects and time.monotonic() - self._rejects_logged_at >= REJECTS_EVERY_S:
+            rejects, self._rejects = self._rejects, {}
+            self._rejects_logged_at = time.monotonic()
+            total = sum(rejects.values())
+            (self.log.warning if total >= 100 else self.log.info)(
+                "frames_rejected", count=total, reasons=rejects,
+                seconds=REJECTS_EVERY_S, hint="noise on the line, or a wrong baud rate"
+                if total >= 100 else None)
+
     def _on_frame(self, event: MessageReceived) -> None:
         link, message = self.link, event.message
         self.frames += 1
-        self.status.last_seen = time.time()  # not signalled: heartbeats come every 30 s
+        self.status.last_seen = time.time()  # not signalled: a frame at least every 2 s
         if not self._accepting:
             link.refuse(event.seq)  # stopping: the shoe keeps it for the next start
             return
@@ -279,6 +306,7 @@ class DeviceSession:
             self._opened = True
             self.link.send(GetInfo(), time.monotonic())
             self._flush()
+            self.arm_timer()  # its retransmission is due in 250 ms, not at the next second
             while True:  # chunks go to _receive; read() reports the loss
                 self._receive(await transport.read())
         except TransportLost as error:
@@ -330,6 +358,7 @@ class DeviceSession:
         """Link retransmissions and liveness, and the engine's pull timeout."""
         self.link.handle_timer(time.monotonic())
         self._drain_link()
+        self._log_rejects()
         deadline = self.recorder.engine.next_deadline()
         if deadline is not None and self.recorder.uptime.now() >= deadline:
             self._commit([Tick(**stamp(self.recorder.uptime))])
