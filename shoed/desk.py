@@ -264,8 +264,10 @@ class CommandDesk:
         page: ReplayPage | None = None
         if first == 0 or not first <= command.from_seq <= last or to_seq < command.from_seq:
             body = refusal(command.request_id, "out_of_range",
-                           f"expected from_seq..to_seq within {first}..{last}, "
-                           f"got {command.from_seq}..{command.to_seq}", "replay", sender,
+                           (f"expected from_seq..to_seq within {first}..{last}, "
+                            f"got {command.from_seq}..{command.to_seq or 'the newest'}"
+                            if first else "the journal holds no event yet"),
+                           "replay", sender,
                            first_seq=first, last_seq=last)  # 0, 0: no event held
         else:
             # The journal's events are one gapless run (Journal.prune drops only the

@@ -85,10 +85,10 @@ class ScriptedDaemon:
             assert self.client is not None
             await self.client.publish(f"{ROOT}/events", json.dumps(e), qos=1)
 
-    async def state(self, seq: int) -> None:
+    async def state(self, seq: int, instance: str | None = None) -> None:
         assert self.client is not None
-        await self.client.publish(f"{ROOT}/state", json.dumps({"schema_version": 1,
-                                                               "seq": seq}), qos=1)
+        body = {"schema_version": 1, "seq": seq, **({"instance": instance} if instance else {})}
+        await self.client.publish(f"{ROOT}/state", json.dumps(body), qos=1, retain=True)
 
 
 async def _collect(feed: TableFeed, got: list[dict[str, Any]]) -> None:
@@ -164,6 +164,30 @@ async def test_new_instance_restarts_at_seq_1_and_replay_pages(broker: Any) -> N
         await daemon.client.publish(f"{ROOT}/events", json.dumps(event(8)), qos=1)
         await asyncio.sleep(0.5)
         assert len(got) == 11 and feed.instance == "bbbb0002"
+    finally:
+        await stop_tasks(consumer, runner)
+
+
+@asynctest
+async def test_a_first_start_after_retention_reports_one_loss_of_the_journals_instance(
+        broker: Any) -> None:
+    """A sink's first start on a journal already pruned (integrating.md section 2,
+    step 7): one loss, 1..49, of the journal named by the retained state."""
+    daemon = ScriptedDaemon(broker.port)
+    runner = asyncio.create_task(daemon.run())
+    await daemon.started(runner)
+    for seq in range(1, 61):
+        await daemon.emit(seq, publish=False)
+    daemon.journal[daemon.instance] = daemon.journal[daemon.instance][49:]  # pruned
+    await daemon.state(60, daemon.instance)
+    got: list[dict[str, Any]] = []
+    feed = TableFeed(broker.url, "T8", from_seq=1, grace_s=0.3)
+    consumer = asyncio.create_task(_collect(feed, got))
+    try:
+        await wait_for(lambda: len(got) == 11, 15, "the events held, 50..60")
+        assert [e["seq"] for e in got] == list(range(50, 61))
+        assert [(lost.instance, lost.first, lost.last) for lost in feed.lost] == [
+            ("aaaa0001", 1, 49)]
     finally:
         await stop_tasks(consumer, runner)
 

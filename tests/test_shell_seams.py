@@ -185,6 +185,7 @@ def test_desk_answers_once_per_request_id_and_refuses_what_it_cannot_read(
             assert out.body["error"]["code"] == "out_of_range" and out.replay is None
             held = out.body["error"]["first_seq"], out.body["error"]["last_seq"]
             assert held == daemon.recorder.journal.event_range() and held[0] == 1
+            assert out.body["error"]["message"].endswith(f"got {10**6}..the newest")
             # A retained payload that is not a command, naming an id already answered:
             # answered once all the same, remembered by its hash, not by that id.
             retained = Incoming('{"request_id": "c1", "command": "recall", "hands": NaN}',

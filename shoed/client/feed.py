@@ -351,6 +351,8 @@ class TableFeed(TableConnection):
                 self._new_instance(instance)
             elif self.instance is None and self.next_seq is None:
                 return  # live start: begin with the next event itself
+            elif self.instance is None:
+                self.instance = instance  # from_seq counts in the current journal
         elif self.instance is None and self.next_seq is None:
             return
         if seq > self._head:
@@ -444,7 +446,9 @@ class TableFeed(TableConnection):
                     continue
                 held = _held_range(answer.get("error") or {})
                 if held is not None and first < held[0]:
-                    lost = EventsLost(self.instance, first, min(last, held[0] - 1))
+                    # a probe knows no upper end: all before the first held is gone
+                    lost = EventsLost(self.instance, first,
+                                      held[0] - 1 if probe else min(last, held[0] - 1))
                     log.error("client_events_lost", table=self.table, error=str(lost))
                     self.lost.append(lost)
                     self.next_seq = lost.last + 1
