@@ -459,6 +459,7 @@ def load_settings(path: str | os.PathLike[str] | None) -> Settings:
         os.environ["_SHOED_CONFIG_FILE"] = str(file)
     else:
         os.environ.pop("_SHOED_CONFIG_FILE", None)
+    _refuse_one_underscore()
     try:
         settings = Settings()
     except ValidationError as error:
@@ -480,6 +481,23 @@ def load_settings(path: str | os.PathLike[str] | None) -> Settings:
     if settings.cards.manifest is not None:
         load_manifest(settings.cards.manifest)
     return settings
+
+
+def _refuse_one_underscore() -> None:
+    """`SHOED_MQTT_URL` (one underscore) is not `SHOED_MQTT__URL`: pydantic-settings
+    ignores it silently, and the daemon would run with the file's value. A variable that
+    starts with a section's name and one underscore is refused, naming the right one."""
+    sections = {name.upper() for name in Settings.model_fields}
+    for name in os.environ:
+        upper = name.upper()
+        if not upper.startswith("SHOED_"):
+            continue
+        rest = upper[len("SHOED_"):]
+        for section in sections:
+            if rest.startswith(section + "_") and not rest.startswith(section + "__"):
+                meant = f"SHOED_{section}__{rest[len(section) + 1:]}"
+                raise ConfigError(f"environment variable {name}: not a setting (a section "
+                                  f"and its key are joined by two underscores: {meant})")
 
 
 def _env_not_json(error: SettingsError) -> str:

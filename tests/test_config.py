@@ -347,3 +347,13 @@ def test_a_full_disk_at_the_first_start_is_a_storage_error(
     monkeypatch.setattr(journal.os, "pwrite", full)
     with pytest.raises(StorageError, match="cannot be written: No space left on device"):
         journal.lock_state_dir(tmp_path)
+
+
+def test_a_variable_with_one_underscore_after_the_section_is_refused_not_ignored(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SHOED_MQTT_URL", "mqtt://elsewhere:1883")
+    with pytest.raises(ConfigError, match=r"SHOED_MQTT_URL: not a setting .*SHOED_MQTT__URL"):
+        load_settings(write(tmp_path, ""))
+    monkeypatch.delenv("SHOED_MQTT_URL")
+    monkeypatch.setenv("SHOED_VENV", "/somewhere")  # the scripts' own: no section's name
+    assert load_settings(write(tmp_path, "")).mqtt.url == "mqtt://127.0.0.1:1883"
