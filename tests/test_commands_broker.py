@@ -20,7 +20,7 @@ from paho.mqtt.properties import Properties
 from rig import rig, wait_for
 from test_broker_security import make_pki, tls
 
-from shoed.mqtt import inbox
+from shoed.mqtt import inbox, service
 from shoed.sim.broker import PrivateMosquitto, free_port
 from shoed.sim.shoe import Script
 
@@ -66,6 +66,47 @@ def secure(tmp_path_factory: pytest.TempPathFactory):
     broker = start_broker(base, pki)
     yield broker, pki
     broker.stop()
+
+
+async def retained_status(broker: PrivateMosquitto, pki: pathlib.Path | None
+                          ) -> dict[str, Any] | None:
+    """The retained `{T}/status`, as a consumer reads it (None: there is none)."""
+    async with aiomqtt.Client("127.0.0.1", broker.port, username="consumer",
+                              password=PASSWORDS["consumer"],
+                              tls_context=tls(pki) if pki else None,
+                              identifier=f"status-{uuid.uuid4().hex[:6]}") as client:
+        await client.subscribe(f"{T}/status", qos=1)
+        reader = asyncio.ensure_future(anext(aiter(client.messages)))
+        done, _ = await asyncio.wait((reader,), timeout=1.0)
+        reader.cancel()
+        if reader not in done or reader.cancelled() or reader.exception() is not None:
+            return None
+        payload = reader.result().payload
+        return json.loads(payload) if payload else None  # type: ignore[arg-type]
+
+
+@pytest.fixture(autouse=True)
+def _left_offline(request: pytest.FixtureRequest) -> Any:
+    """Every daemon of a test on the module's broker is stopped when it ends: `{T}/status`
+    must say so. A stopped daemon's `online: true` would make the next test's daemon (a
+    journal of its own, so another daemon to the root guard) wait for it to go stale
+    (120 s, claim.LIVE_S) and time out on "connected": fail here, at the test that left
+    it, and clear it so that the tests after it run as they would."""
+    yield
+    if "secure" not in request.fixturenames:
+        return
+    broker, pki = request.getfixturevalue("secure")
+    left = asyncio.run(retained_status(broker, pki))
+    if left and left.get("online"):
+
+        async def clear() -> None:
+            async with aiomqtt.Client("127.0.0.1", broker.port, username="table-T9",
+                                      password=PASSWORDS["table-T9"], tls_context=tls(pki),
+                                      identifier=f"clear-{uuid.uuid4().hex[:6]}") as client:
+                await client.publish(f"{T}/status", "", qos=1, retain=True)
+
+        asyncio.run(clear())
+        pytest.fail(f"a stopped daemon left {T}/status online: {left}")
 
 
 class User:
@@ -387,6 +428,63 @@ def test_connected_means_subscribed_a_command_sent_at_once_is_answered(
             assert slowed == [f"{T}/cmd", f"{T}/cmd/by/+"]  # both made before "connected"
             answer = await pit.ask(cmd("first-1", "whoami"))
             assert answer["ok"] and answer["result"]["role"] == "supervisor", answer
+
+    asyncio.run(main())
+
+
+def test_a_stopped_daemon_says_offline_last(tmp_path: pathlib.Path, secure,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A status republish that falls due while the daemon says goodbye (its 2-s
+    republish, its 30-s one, a status change: here a change at the moment the offline
+    status leaves) does not go out after it: the retained status says offline."""
+    broker, pki = secure
+    real = aiomqtt.Client.publish
+    daemons: list[Any] = []
+
+    async def publish(self: aiomqtt.Client, topic: Any, payload: Any = None, *a: Any,
+                      **kw: Any) -> Any:
+        sending = real(self, topic, payload, *a, **kw)
+        if str(topic) == f"{T}/status" and payload == json.dumps({"online": False}):
+            daemons[0].status.changed()  # wakes the retained refresher
+        return await sending
+
+    monkeypatch.setattr(aiomqtt.Client, "publish", publish)
+
+    async def main() -> None:
+        async with table(tmp_path, broker, pki) as r:
+            daemons.append(r.daemon)
+            await wait_for(lambda: r.daemon.status.mqtt_connected, 15, "connected")
+            await asyncio.sleep(0.3)  # the connection's parts are running
+        status = await retained_status(broker, pki)
+        assert status is not None and status["online"] is False, status
+
+    asyncio.run(main())
+
+
+def test_a_connection_ended_by_the_daemon_says_offline(tmp_path: pathlib.Path, secure,
+                                                      monkeypatch: pytest.MonkeyPatch
+                                                      ) -> None:
+    """The daemon ends a connection itself (a part failed; no PUBACK in time is the usual
+    case) with a DISCONNECT, which makes the broker drop the will: it says offline
+    itself, so a daemon stopped before it is back leaves the status offline."""
+    broker, pki = secure
+    monkeypatch.setattr(service, "BACKOFF_S", (30.0, 30.0))  # not back while we look
+
+    async def fail() -> None:
+        raise aiomqtt.MqttError("injected: no PUBACK in time")
+
+    async def main() -> None:
+        async with User("pit-supervisor-1", broker, pki) as pit, \
+                table(tmp_path, broker, pki) as r:
+            await wait_for(lambda: r.daemon.status.mqtt_connected, 15, "connected")
+            inbox.LISTENER_HOOKS.append(fail)
+            try:
+                await pit.send(cmd("drop-1", "whoami"))
+                await wait_for(lambda: not r.daemon.status.mqtt_connected, 10, "the drop")
+            finally:
+                inbox.LISTENER_HOOKS.remove(fail)
+            status = await retained_status(broker, pki)
+            assert status is not None and status["online"] is False, status
 
     asyncio.run(main())
 

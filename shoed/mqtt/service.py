@@ -268,8 +268,20 @@ class MqttService:
                                        evidence) from error
             raise
         finally:
+            if not self.stopping:
+                self._say_offline(client)
             with contextlib.suppress(Exception):
                 await client.__aexit__(None, None, None)
+
+    def _say_offline(self, client: aiomqtt.Client) -> None:
+        """This connection ends while the daemon runs on (a part failed: no PUBACK in
+        time, a cancel nobody asked for). Our DISCONNECT makes the broker drop the will,
+        so say what it would have said, before it: QoS 0 (nothing to wait for, no
+        in-flight slot), written at once (send_when_queued). On a dead socket this goes
+        nowhere, and the broker publishes the will itself."""
+        with contextlib.suppress(Exception):
+            client._client.publish(f"{self.root}/status", json.dumps({"online": False}),
+                                   0, True, self._props)
 
     def _takeover_evidence(self) -> str | None:
         """Why a connection that ended was taken over by another client, or None."""
@@ -510,8 +522,13 @@ class MqttService:
                                self.settings.mqtt.publish_timeout_s, retain=True)
 
     async def _publish_status_topics(self, client: aiomqtt.Client) -> None:
-        """The retained topics that are not snapshots of the stream (`status`, `device`)."""
+        """The retained topics that are not snapshots of the stream (`status`, `device`).
+        None once stopping: farewell's `{"online": false}` is the last word on `status`
+        (a republish due meanwhile, the 2-s one or the 30-s one, came after it and left
+        a stopped daemon `online: true`)."""
         for leaf, body in self.retained.items():
+            if self.stopping:
+                return
             await self._send_retained(client, leaf, json.dumps(body()), None)
 
     async def publish_retained(self, client: aiomqtt.Client) -> None:
