@@ -389,6 +389,14 @@ class ConsoleSection(Section):
     topic_template: str = Field(default="shoed/{table}", pattern=r"\{table\}")
     whoami_timeout_s: float = Field(default=3.0, gt=0, le=60)
 
+    @field_validator("listen")
+    @classmethod
+    def _listen_port(cls, value: str) -> str:
+        port = int(value.rpartition(":")[2])
+        if not 0 <= port <= 65535:
+            raise ValueError(f"the port must be 0 (any free one) to 65535, got {port}")
+        return value
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SHOED_", env_nested_delimiter="__",

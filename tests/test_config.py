@@ -50,6 +50,7 @@ def test_super6_defaults() -> None:
     ("[rules.payouts]\nbig = -1\n", "rules.payouts.big"),
     ("[rules.payouts]\ntie = true\n", "rules.payouts.tie: Value error, a pay is a number"),
     ("[rules.side_bets.dragon7]\nwin = false\n", "rules.side_bets.dragon7.win: Value error"),
+    ("[console]\nlisten = '127.0.0.1:99999'\n", "console.listen: Value error, the port"),
     ("this is not toml", "not valid TOML"),
 ])
 def test_bad_values_name_the_key(tmp_path: pathlib.Path, text: str, needle: str) -> None:

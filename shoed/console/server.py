@@ -36,7 +36,8 @@ class ConsoleError(ValueError):
 def parse_listen(listen: str) -> tuple[str, int]:
     host, sep, port = listen.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ConsoleError(f"--listen: expected HOST:PORT like 127.0.0.1:8080, got {listen!r}")
+        raise ConsoleError(f"--listen: expected HOST:PORT like 127.0.0.1:8080 (port 0 to "
+                           f"65535; 0: any free port), got {listen!r}")
     return host.strip("[]"), int(port)
 
 
