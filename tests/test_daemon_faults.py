@@ -42,6 +42,9 @@ def test_usb_path_with_unplug_and_replug(tmp_path: pathlib.Path,
                 backend.unplug()
                 await wait_for(lambda: any(a["code"] == "device_lost" and a["active"]
                                            for a in c.of("alarm")), 10, "device_lost raised")
+                raised = next(a for a in c.of("alarm") if a["code"] == "device_lost")
+                # said as it happened: the line went away, not "5 s without a frame"
+                assert raised["message"].startswith("the shoe's line went away"), raised
                 await wait_for(lambda: c.retained.get("device", {}).get("connected") is False,
                                10, "device topic says disconnected")
                 backend.replug()

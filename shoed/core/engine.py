@@ -553,7 +553,7 @@ class Engine:
                 self._alarm_clear("device_lost")
             else:
                 self._alarm_raise("device_lost", "device_lost",
-                                  "no valid frame from the shoe for 5 s")
+                                  inp.reason or "no valid frame from the shoe for 5 s")
         elif isinstance(inp, Notice):
             self._alarm_momentary(inp.code, inp.message)
         elif isinstance(inp, StorageStatus):

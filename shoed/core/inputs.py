@@ -71,6 +71,8 @@ class DeviceGap(InputBase):
 class DeviceLink(InputBase):
     kind: Literal["link"] = "link"
     connected: bool
+    # why it was lost, when the transport said so (unplugged, pty closed); None: silence
+    reason: str | None = None
 
 
 class Notice(InputBase):

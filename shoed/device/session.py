@@ -312,7 +312,8 @@ class DeviceSession:
         except TransportLost as error:
             self.log.warning("device_lost", error=str(error))
             if self.recorder.state.device.connected:
-                self._commit([DeviceLink(**stamp(self.recorder.uptime), connected=False)])
+                self._commit([DeviceLink(**stamp(self.recorder.uptime), connected=False,
+                                         reason=f"the shoe's line went away ({error})")])
         finally:
             self.transport = None
             self.status.set(device_open=False)
