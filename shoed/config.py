@@ -540,22 +540,42 @@ def check_tls_files(mqtt: MqttSection) -> None:
                           "client certificate)")
     if mqtt.ca_file is None and mqtt.cert_file is None:
         return  # nothing to load (the system's CAs are read at the connect, after READY)
-    context = ssl.create_default_context()
-    if mqtt.ca_file is not None:
-        try:
-            context.load_verify_locations(cafile=str(mqtt.ca_file))
-        except (ssl.SSLError, ValueError) as error:
+    try:
+        tls_context(mqtt.ca_file, mqtt.cert_file, mqtt.key_file)
+    except TlsFileError as error:
+        if error.which == "ca":
             raise ConfigError(f"mqtt.ca_file: {mqtt.ca_file} is not a PEM certificate "
-                              f"bundle ({error})") from error
-    if mqtt.cert_file is not None:
+                              f"bundle ({error.cause})") from error
+        key = "mqtt.cert_file" if mqtt.key_file is None else "mqtt.cert_file/key_file"
+        raise ConfigError(f"{key}: {mqtt.cert_file} (key {mqtt.key_file or 'in it'}) "
+                          f"cannot be loaded: not PEM, or the key does not fit the "
+                          f"certificate ({error.cause})") from error
+
+
+class TlsFileError(Exception):
+    """A TLS file that cannot be loaded: `which` is "ca" or "cert" (with its key)."""
+
+    def __init__(self, which: str, cause: Exception) -> None:
+        super().__init__(f"{which}: {cause}")
+        self.which, self.cause = which, cause
+
+
+def tls_context(ca_file: pathlib.Path | None, cert_file: pathlib.Path | None,
+                key_file: pathlib.Path | None) -> ssl.SSLContext:
+    """A client's TLS context with these files loaded, as the daemon and the clients
+    load them; raises TlsFileError naming the file that cannot be used."""
+    context = ssl.create_default_context()
+    if ca_file is not None:
         try:
-            context.load_cert_chain(str(mqtt.cert_file),
-                                    str(mqtt.key_file) if mqtt.key_file else None)
+            context.load_verify_locations(cafile=str(ca_file))
+        except (ssl.SSLError, ValueError) as error:
+            raise TlsFileError("ca", error) from error
+    if cert_file is not None:
+        try:
+            context.load_cert_chain(str(cert_file), str(key_file) if key_file else None)
         except ssl.SSLError as error:
-            key = "mqtt.cert_file" if mqtt.key_file is None else "mqtt.cert_file/key_file"
-            raise ConfigError(f"{key}: {mqtt.cert_file} (key {mqtt.key_file or 'in it'}) "
-                              f"cannot be loaded: not PEM, or the key does not fit the "
-                              f"certificate ({error})") from error
+            raise TlsFileError("cert", error) from error
+    return context
 
 
 def require_readable_file(path: pathlib.Path, key: str) -> None:

@@ -8,7 +8,7 @@ import pathlib
 import ssl
 from typing import Any
 
-from shoed.config import topic_prefix_problem
+from shoed.config import TlsFileError, tls_context, topic_prefix_problem
 from shoed.mqtt.brokers import BrokerList, split_urls
 
 
@@ -59,23 +59,17 @@ def feed_options(args: argparse.Namespace) -> dict[str, Any]:
     if args.key_file is not None and args.cert_file is None:
         raise OptionError("--key-file: given without --cert-file")
     if True in tls:
-        context = ssl.create_default_context()
-        if args.ca_file is not None:
-            _read(args.ca_file, "--ca-file")
-            try:
-                context.load_verify_locations(cafile=str(args.ca_file))
-            except (ssl.SSLError, ValueError) as error:
+        for path, option in ((args.ca_file, "--ca-file"), (args.cert_file, "--cert-file"),
+                             (args.key_file, "--key-file")):
+            if path is not None:
+                _read(path, option)
+        try:
+            context = tls_context(args.ca_file, args.cert_file, args.key_file)
+        except TlsFileError as error:
+            if error.which == "ca":
                 raise OptionError(f"--ca-file {args.ca_file}: not a PEM certificate bundle "
-                                  f"({error})") from None
-        if args.cert_file is not None:
-            _read(args.cert_file, "--cert-file")
-            if args.key_file is not None:
-                _read(args.key_file, "--key-file")
-            try:
-                context.load_cert_chain(str(args.cert_file),
-                                        str(args.key_file) if args.key_file else None)
-            except ssl.SSLError as error:
-                raise OptionError(f"--cert-file {args.cert_file}: cannot be loaded: not "
-                                  f"PEM, or the key does not fit ({error})") from None
+                                  f"({error.cause})") from None
+            raise OptionError(f"--cert-file {args.cert_file}: cannot be loaded: not PEM, "
+                              f"or the key does not fit ({error.cause})") from None
     return {"username": args.username, "password": password, "protocol": args.protocol,
             "tls_context": context}
