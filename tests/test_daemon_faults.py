@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 import pathlib
 import subprocess
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -24,39 +26,47 @@ from shoed.sim.usb import SimulatedUsbBackend
 pytestmark = pytest.mark.broker
 
 
+@contextlib.asynccontextmanager
+async def usb_table(tmp_path: pathlib.Path, broker: PrivateMosquitto,
+                    backend_class: type[SimulatedUsbBackend]) -> AsyncIterator[Any]:
+    """The daemon on the simulated USB backend, one one-deck shoe dealt 20 ms a pull:
+    (the rig, the shoe, the backend)."""
+    loop = asyncio.get_running_loop()
+    shoe = SimulatedShoe(decks=1, seed=4, script=Script(pace_s=0.02, shoes=1),
+                         now=loop.time())
+    backend = backend_class(shoe)
+    backend.start()
+    try:
+        async with rig(tmp_path, broker, shoe=shoe,
+                       transport_factory=lambda: UsbTransport(0x1209, 0xBAC0, backend=backend),
+                       device={"transport": "usb"}) as r:
+            yield r, shoe, backend
+    finally:
+        backend.stop()
+
+
 def test_usb_path_with_unplug_and_replug(tmp_path: pathlib.Path,
                                          broker: PrivateMosquitto) -> None:
     async def main() -> None:
-        loop = asyncio.get_running_loop()
-        shoe = SimulatedShoe(decks=1, seed=4, script=Script(pace_s=0.02, shoes=1),
-                             now=loop.time())
-        backend = SimulatedUsbBackend(shoe)
-        backend.start()
-        try:
-            async with rig(tmp_path, broker, shoe=shoe,
-                           transport_factory=lambda: UsbTransport(0x1209, 0xBAC0,
-                                                                  backend=backend),
-                           device={"transport": "usb"}) as r:
-                c = r.collector
-                await wait_for(lambda: len(c.of("hand_result")) >= 1, 30, "a result over USB")
-                backend.unplug()
-                await wait_for(lambda: any(a["code"] == "device_lost" and a["active"]
-                                           for a in c.of("alarm")), 10, "device_lost raised")
-                raised = next(a for a in c.of("alarm") if a["code"] == "device_lost")
-                # said as it happened: the line went away, not "5 s without a frame"
-                assert raised["message"].startswith("the shoe's line went away"), raised
-                await wait_for(lambda: c.retained.get("device", {}).get("connected") is False,
-                               10, "device topic says disconnected")
-                backend.replug()
-                await wait_for(lambda: any(a["code"] == "device_lost" and not a["active"]
-                                           for a in c.of("alarm")), 15, "device_lost cleared")
-                await wait_for(lambda: c.of("shoe_ended"), 60, "the shoe to end")
-                await wait_for(lambda: r.daemon.outbox.depth() == 0, 10, "outbox drained")
-                check_shoe(c.events, shoe.dealt)
-                await wait_for(lambda: c.retained.get("device", {}).get("connected") is True,
-                               10, "device topic says connected")
-        finally:
-            backend.stop()
+        async with usb_table(tmp_path, broker, SimulatedUsbBackend) as (r, shoe, backend):
+            c = r.collector
+            await wait_for(lambda: len(c.of("hand_result")) >= 1, 30, "a result over USB")
+            backend.unplug()
+            await wait_for(lambda: any(a["code"] == "device_lost" and a["active"]
+                                       for a in c.of("alarm")), 10, "device_lost raised")
+            raised = next(a for a in c.of("alarm") if a["code"] == "device_lost")
+            # said as it happened: the line went away, not "5 s without a frame"
+            assert raised["message"].startswith("the shoe's line went away"), raised
+            await wait_for(lambda: c.retained.get("device", {}).get("connected") is False,
+                           10, "device topic says disconnected")
+            backend.replug()
+            await wait_for(lambda: any(a["code"] == "device_lost" and not a["active"]
+                                       for a in c.of("alarm")), 15, "device_lost cleared")
+            await wait_for(lambda: c.of("shoe_ended"), 60, "the shoe to end")
+            await wait_for(lambda: r.daemon.outbox.depth() == 0, 10, "outbox drained")
+            check_shoe(c.events, shoe.dealt)
+            await wait_for(lambda: c.retained.get("device", {}).get("connected") is True,
+                           10, "device topic says connected")
     asyncio.run(main())
 
 
@@ -174,22 +184,11 @@ def test_usb_writes_never_wait_on_the_event_loop(tmp_path: pathlib.Path,
             return super().bulk_write(dev_handle, ep, intf, data, timeout)
 
     async def main() -> None:
-        loop = asyncio.get_running_loop()
-        shoe = SimulatedShoe(decks=1, seed=4, script=Script(pace_s=0.02, shoes=1),
-                             now=loop.time())
-        backend = SlowOut(shoe)
-        backend.start()
-        try:
-            async with rig(tmp_path, broker, shoe=shoe,
-                           transport_factory=lambda: UsbTransport(0x1209, 0xBAC0,
-                                                                  backend=backend),
-                           device={"transport": "usb"}) as r:
-                c = r.collector
-                await wait_for(lambda: c.of("shoe_ended"), 90, "the shoe to end")
-                await wait_for(lambda: r.daemon.outbox.depth() == 0, 10, "outbox drained")
-                check_shoe(c.events, shoe.dealt)
-        finally:
-            backend.stop()
+        async with usb_table(tmp_path, broker, SlowOut) as (r, shoe, backend):
+            c = r.collector
+            await wait_for(lambda: c.of("shoe_ended"), 90, "the shoe to end")
+            await wait_for(lambda: r.daemon.outbox.depth() == 0, 10, "outbox drained")
+            check_shoe(c.events, shoe.dealt)
         assert backend.threads and threading.main_thread().name not in backend.threads, \
             backend.threads
     asyncio.run(main())
