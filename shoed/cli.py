@@ -391,9 +391,13 @@ def add_feed_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--protocol", choices=["5", "3.1.1"], default="5")
     parser.add_argument("--grace", type=number(float, 0, 3600), default=2.0,
                         help="seconds a gap may wait for late events before a replay")
-    from .client.options import add_tls_options
-
-    add_tls_options(parser)
+    parser.add_argument("--ca-file", type=pathlib.Path, default=None,
+                        help="the CA bundle that signed the broker's certificate (mqtts://; "
+                             "default: the system's)")
+    parser.add_argument("--cert-file", type=pathlib.Path, default=None,
+                        help="a client certificate (PEM), for a broker that asks for one")
+    parser.add_argument("--key-file", type=pathlib.Path, default=None,
+                        help="its key, when not in --cert-file")
 
 
 def add_simulation_options(parser: argparse.ArgumentParser) -> None:

@@ -15,6 +15,7 @@ PROBE = """
 import json, sys
 from shoed import cli, config, daemon, logs  # what `shoed run` imports
 from shoed.store import journal
+cli.build_parser().parse_args(["run", "--config", "shoed.toml"])  # its parser, every command's
 print(json.dumps(sorted(sys.modules)))
 """
 

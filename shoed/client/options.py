@@ -16,16 +16,6 @@ class OptionError(Exception):
     """An option that cannot be used; the message names it."""
 
 
-def add_tls_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--ca-file", type=pathlib.Path, default=None,
-                        help="the CA bundle that signed the broker's certificate (mqtts://; "
-                             "default: the system's)")
-    parser.add_argument("--cert-file", type=pathlib.Path, default=None,
-                        help="a client certificate (PEM), for a broker that asks for one")
-    parser.add_argument("--key-file", type=pathlib.Path, default=None,
-                        help="its key, when not in --cert-file")
-
-
 def _read(path: pathlib.Path, option: str) -> str:
     try:
         return path.read_text()
