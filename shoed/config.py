@@ -476,6 +476,7 @@ def load_settings(path: str | os.PathLike[str] | None) -> Settings:
         raise ConfigError(f"invalid configuration: {_env_not_json(error)}") from error
     finally:
         os.environ.pop("_SHOED_CONFIG_FILE", None)
+    check_device_port(settings.device)
     for key in ("password_file", "ca_file", "cert_file", "key_file"):
         file = getattr(settings.mqtt, key)
         if file is not None:
@@ -489,6 +490,21 @@ def load_settings(path: str | os.PathLike[str] | None) -> Settings:
     if settings.cards.manifest is not None:
         load_manifest(settings.cards.manifest)
     return settings
+
+
+def check_device_port(device: DeviceSection) -> None:
+    """Refuse a serial port the transport could never open (an empty one, an unknown
+    `scheme://`), naming the key and the forms it takes. Here, where a config is loaded
+    to be run or checked, and not on DeviceSection: tests and the simulator build
+    settings with an empty port and hand the daemon a transport of their own."""
+    if device.transport != "serial":
+        return  # a USB shoe is found by vid/pid; its port is not used
+    from .device.transports import SERIAL_PORT_FORMS, serial_port_problem
+
+    problem = serial_port_problem(device.port)
+    if problem is not None:
+        raise ConfigError(f"device.port: {device.port!r} {problem}; expected "
+                          f"{SERIAL_PORT_FORMS}")
 
 
 def _refuse_one_underscore() -> None:

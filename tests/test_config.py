@@ -110,6 +110,47 @@ def test_check_config_cli(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[
     assert "rules.decks" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("port", "problem"), [
+    ("", "is empty"), ("   ", "is empty"),
+    ("tcp://10.0.0.5:4000", "has an unknown scheme 'tcp://'"),
+    ("loop://", "has an unknown scheme 'loop://'"),
+    ("socket://", "is not socket://HOST:PORT"),
+    ("socket://shoe.lan", "is not socket://HOST:PORT"),
+    ("rfc2217://shoe.lan:99999", "is not rfc2217://HOST:PORT (Port out of range"),
+])
+def test_a_serial_port_that_cannot_be_opened_is_refused_at_the_check(
+        tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], port: str,
+        problem: str) -> None:
+    """An empty port or an unknown `scheme://` failed only once the daemon ran, as a
+    device_open_failed warning every few seconds: refused now, one line, exit 2."""
+    path = write(tmp_path, f'[device]\nport = "{port}"\n')
+    assert main(["check-config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert f"device.port: {port!r} {problem}" in err, err
+    assert "a device path" in err and "socket://HOST:PORT" in err, err  # the accepted forms
+    assert main(["run", "--config", str(path)]) == 2  # the daemon's own check, alike
+    assert "device.port" in capsys.readouterr().err
+
+
+def test_a_serial_port_given_in_the_environment_is_checked_too(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SHOED_DEVICE__PORT", "")
+    with pytest.raises(ConfigError, match=r"device\.port: '' is empty"):
+        load_settings(write(tmp_path, ""))
+
+
+@pytest.mark.parametrize("device", [
+    '[device]\nport = "/dev/serial/by-id/usb-Shoe_SN-0001-if00"\n',
+    '[device]\nport = "socket://127.0.0.1:4000"\n',
+    '[device]\nport = "rfc2217://shoe.lan:2217"\n',
+    '[device]\nport = "SOCKET://shoe.lan:4000"\n',  # pyserial reads the scheme in any case
+    '[device]\ntransport = "usb"\nport = ""\n',  # a USB shoe has no port: not looked at
+])
+def test_usable_device_ports_pass(tmp_path: pathlib.Path, device: str) -> None:
+    load_settings(write(tmp_path, device))
+
+
 def test_manifest(tmp_path: pathlib.Path) -> None:
     path = tmp_path / "deck.csv"
     path.write_text("uid,card\n04a1b2c3d4e5f6,AS\n04A1B2C3D4E5F7,td\n")

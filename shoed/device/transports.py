@@ -14,6 +14,7 @@ import contextlib
 import os
 import queue
 import threading
+import urllib.parse
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -25,6 +26,39 @@ USB_PACKET = 64
 USB_INTERFACE = 0
 USB_EP_OUT = 0x01
 USB_EP_IN = 0x81
+
+
+#: The `scheme://` URLs of pyserial the serial transport is written for: a shoe on TCP
+#: (`socket://`), or behind an RFC 2217 terminal server. Any other is refused by the
+#: config check (pyserial's loop://, spy://, hwgrep://... are not a shoe's line).
+SERIAL_URL_SCHEMES = ("socket", "rfc2217")
+SERIAL_PORT_FORMS = ("a device path (/dev/shoe, /dev/ttyUSB0, /dev/serial/by-id/...), "
+                     "socket://HOST:PORT or rfc2217://HOST:PORT")
+
+
+def serial_port_problem(port: str) -> str | None:
+    """Why the serial transport could never open `port` ("is empty", ...), or None;
+    nothing is opened.
+
+    Checked by the config's loader (`check-config`, `shoed run`), not when a transport
+    is made: a port that cannot be opened otherwise shows only as a `device_open_failed`
+    warning every few seconds once the daemon runs."""
+    if not port.strip():
+        return "is empty"
+    scheme, sep, _rest = port.partition("://")
+    if not sep:
+        return None  # a device path: whether it is there is the run's business (a replug)
+    if scheme.lower() not in SERIAL_URL_SCHEMES:  # pyserial reads it in any case
+        return f"has an unknown scheme {scheme + '://'!r}"
+    form = f"{scheme}://HOST:PORT"
+    try:
+        parts = urllib.parse.urlsplit(port)
+        number = parts.port
+    except ValueError as error:  # a port that is not a number, or past 65535
+        return f"is not {form} ({error})"
+    if not parts.hostname or number is None or number == 0:
+        return f"is not {form}"
+    return None
 
 
 class Transport(Protocol):
