@@ -391,6 +391,20 @@ def test_a_full_disk_at_the_first_start_is_a_storage_error(
         journal.lock_state_dir(tmp_path)
 
 
+def test_a_state_dir_that_is_a_file_is_named_as_such(tmp_path: pathlib.Path) -> None:
+    """mkdir's own words were "File exists" (or "Not a directory" for a path below a
+    file): the path is there, but not as a directory."""
+    file = tmp_path / "state"
+    file.write_text("not a directory\n")
+    with pytest.raises(StorageError) as caught:
+        prepare_state_dir(file)
+    assert str(caught.value) == f"state.dir {file} is not a directory (a file is there)"
+    below = file / "shoed"
+    with pytest.raises(StorageError) as caught:
+        prepare_state_dir(below)
+    assert str(caught.value) == f"state.dir {below}: {file} is not a directory"
+
+
 def test_a_variable_with_one_underscore_after_the_section_is_refused_not_ignored(
         tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SHOED_MQTT_URL", "mqtt://elsewhere:1883")

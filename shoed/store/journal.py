@@ -149,6 +149,9 @@ def prepare_state_dir(path: pathlib.Path) -> None:
     try:
         path.mkdir(mode=0o750, parents=True, exist_ok=True)
         mode = path.stat().st_mode
+    except (FileExistsError, NotADirectoryError) as error:
+        # mkdir says "File exists" (or "Not a directory" below a file): name what is there
+        raise StorageError(_not_a_directory(path)) from error
     except OSError as error:
         raise StorageError(f"state.dir {path}: {error.strerror}") from error
     if mode & stat.S_IWOTH:
@@ -159,6 +162,18 @@ def prepare_state_dir(path: pathlib.Path) -> None:
                            f"journalled, so nothing would be ACKed")
     if not os.access(path, os.W_OK | os.X_OK):
         raise StorageError(f"state.dir {path} is not writable by uid {os.geteuid()}")
+
+
+def _not_a_directory(path: pathlib.Path) -> str:
+    """Why state.dir `path` cannot be made: it, or a directory above it, is not one."""
+    for part in (*reversed(path.parents), path):
+        with suppress(OSError):
+            if part.exists() and not part.is_dir():
+                if part == path:
+                    kind = "a file" if path.is_file() else "something else"
+                    return f"state.dir {path} is not a directory ({kind} is there)"
+                return f"state.dir {path}: {part} is not a directory"
+    return f"state.dir {path} is not a directory"
 
 
 def lock_state_dir(path: pathlib.Path) -> int:
