@@ -405,6 +405,84 @@ def test_a_state_dir_that_is_a_file_is_named_as_such(tmp_path: pathlib.Path) -> 
     assert str(caught.value) == f"state.dir {below}: {file} is not a directory"
 
 
+def _full_tmpfs(path: pathlib.Path) -> bool:
+    """A 1 MiB tmpfs at `path` (root and mount(2) only)."""
+    if os.geteuid() != 0:
+        return False
+    path.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0750", "tmpfs",
+                           str(path)], capture_output=True)
+    return done.returncode == 0
+
+
+def test_a_full_disk_under_an_existing_journal_is_named_not_a_disk_io_error(
+        tmp_path: pathlib.Path) -> None:
+    """A real full filesystem: SQLite cannot make the journal's -shm there and says
+    "disk I/O error"; the refusal says the disk is full, naming the journal and state.dir,
+    as the first start on a full disk says its lock file cannot be written."""
+    disk = tmp_path / "disk"
+    if not _full_tmpfs(disk):
+        pytest.skip("needs root and mount(2) for a real full filesystem")
+    from shoed.store.journal import Journal
+
+    try:
+        state = disk / "state"
+        Journal(state).close()
+        with open(disk / "filler", "wb", buffering=0) as f, pytest.raises(OSError):
+            while True:
+                f.write(b"\0" * 65536)
+        with pytest.raises(StorageError) as caught:
+            Journal(state)
+        message = str(caught.value)
+        assert message.startswith(f"journal {state / 'journal.sqlite3'}: the disk is full ("
+                                  ), message
+        assert f"bytes free for state.dir {state}; SQLite said: disk I/O error)" in message
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
+def test_a_journal_error_is_called_a_full_disk_only_when_it_is_one(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SQLITE_FULL and ENOSPC say so themselves; SQLite's "disk I/O error" is a full disk
+    only when the filesystem has (next to) nothing left for this user."""
+    import errno
+    import sqlite3
+
+    from shoed.store import journal
+
+    def sqlite_error(words: str, code: int) -> sqlite3.Error:
+        error = sqlite3.OperationalError(words)
+        error.sqlite_errorcode = code  # type: ignore[attr-defined]
+        return error
+
+    free = [0]
+
+    class Stat:
+        f_frsize = 4096
+
+        @property
+        def f_bavail(self) -> int:
+            return free[0]
+
+        f_bfree = f_bavail
+
+    monkeypatch.setattr(journal.os, "statvfs", lambda path: Stat())
+    io_error = sqlite_error("disk I/O error", sqlite3.SQLITE_IOERR_SHMSIZE)
+    full = sqlite_error("database or disk is full", sqlite3.SQLITE_FULL)
+    enospc = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    for error, said in ((io_error, "SQLite said: disk I/O error"),
+                        (full, "SQLite said: database or disk is full"),
+                        (enospc, "No space left on device")):
+        assert journal.failure_cause(error, tmp_path) == \
+            f"the disk is full (0 bytes free for state.dir {tmp_path}; {said})"
+    free[0] = 10_000  # 40 MB free: an I/O error is not the disk's being full
+    assert journal.failure_cause(io_error, tmp_path) == "disk I/O error"
+    assert journal.failure_cause(full, tmp_path).startswith("the disk is full (40960000 ")
+    locked = sqlite_error("database is locked", sqlite3.SQLITE_BUSY)
+    free[0] = 0
+    assert journal.failure_cause(locked, tmp_path) == "database is locked"
+
+
 def test_a_variable_with_one_underscore_after_the_section_is_refused_not_ignored(
         tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SHOED_MQTT_URL", "mqtt://elsewhere:1883")

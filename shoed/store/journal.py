@@ -23,6 +23,7 @@ on an uptime kept here (shoed/store/uptime.py), and forgotten only when old by b
 from __future__ import annotations
 
 import datetime as dt
+import errno
 import fcntl
 import json
 import math
@@ -120,6 +121,10 @@ CHECKPOINT_EVERY_COMMITS = 1000
 # The uptime is written with the next commit once this old, and by save_uptime().
 UPTIME_SAVE_EVERY_S = 5.0
 REQUEST_MEMORY_S = 86400.0  # request_ids answered again for at least 24 h
+# Less room than this (for this user) makes an I/O error of SQLite's a full disk: SQLite
+# says "disk I/O error" where its -shm cannot grow, and SQLITE_FULL ("database or disk is
+# full") only where the database or its log cannot.
+FULL_BELOW_BYTES = 1 << 20
 
 
 class StorageError(ShoedError):
@@ -162,6 +167,37 @@ def prepare_state_dir(path: pathlib.Path) -> None:
                            f"journalled, so nothing would be ACKed")
     if not os.access(path, os.W_OK | os.X_OK):
         raise StorageError(f"state.dir {path} is not writable by uid {os.geteuid()}")
+
+
+def free_bytes(directory: pathlib.Path) -> int | None:
+    """The room left for this process on `directory`'s filesystem (root may use the
+    blocks reserved for it), or None when it cannot be asked."""
+    try:
+        found = os.statvfs(directory)
+    except OSError:
+        return None
+    return (found.f_bfree if os.geteuid() == 0 else found.f_bavail) * found.f_frsize
+
+
+def failure_cause(error: sqlite3.Error | OSError, directory: pathlib.Path) -> str:
+    """What a failed read or write of the journal in `directory` says: SQLite's or the
+    system's own words, unless the disk is full. That is certain for SQLITE_FULL and
+    ENOSPC; SQLite's "disk I/O error" (its -shm cannot grow, at a start on a full disk)
+    counts as one when less than FULL_BELOW_BYTES are left. Its words are kept."""
+    if isinstance(error, OSError):
+        full = error.errno == errno.ENOSPC
+        words = error.strerror or str(error)
+    else:
+        code = getattr(error, "sqlite_errorcode", None)
+        primary = code & 0xFF if isinstance(code, int) else None
+        free = free_bytes(directory) if primary == sqlite3.SQLITE_IOERR else None
+        full = primary == sqlite3.SQLITE_FULL or (free is not None and free < FULL_BELOW_BYTES)
+        words = f"SQLite said: {error}"
+    if not full:
+        return str(error)
+    free = free_bytes(directory)
+    room = f"{free} bytes free for " if free is not None else ""
+    return f"the disk is full ({room}state.dir {directory}; {words})"
 
 
 def _not_a_directory(path: pathlib.Path) -> str:
@@ -248,7 +284,7 @@ def validate(path: pathlib.Path, full: bool = False) -> Validated:
     try:
         db = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)
     except sqlite3.Error as error:
-        raise StorageError(f"journal {path}: {error}") from error
+        raise StorageError(f"journal {path}: {failure_cause(error, directory)}") from error
     try:
         version = int(db.execute("PRAGMA user_version").fetchone()[0])
         # SQLite has now read the log (and rebuilt its index): did it keep it all?
@@ -290,11 +326,11 @@ def validate(path: pathlib.Path, full: bool = False) -> Validated:
                 raise damaged(f"corrupt (SQLite's {check}): " + "; ".join(integrity))
         return Validated(meta, tables, version, clean == "1", checked)
     except sqlite3.OperationalError as error:
-        raise StorageError(f"journal {path}: {error}") from error
+        raise StorageError(f"journal {path}: {failure_cause(error, directory)}") from error
     except sqlite3.DatabaseError as error:  # not a database, malformed, ...
         raise damaged(f"corrupt, or not a journal: {error}") from error
     except OSError as error:
-        raise StorageError(f"journal {path}: {error}") from error
+        raise StorageError(f"journal {path}: {failure_cause(error, directory)}") from error
     finally:
         db.close()
 
@@ -412,7 +448,8 @@ class Journal:
                 db.executescript(f"BEGIN; {steps} "
                                  f"PRAGMA user_version={SCHEMA_VERSION}; COMMIT;")
         except (sqlite3.Error, OSError) as error:
-            raise StorageError(f"journal {self.path}: {error}") from error
+            raise StorageError(f"journal {self.path}: "
+                               f"{failure_cause(error, self.directory)}") from error
         try:
             base = max(0.0, float(meta.get("uptime", "0")))
         except ValueError:
@@ -522,7 +559,8 @@ class Journal:
         except sqlite3.Error as error:
             self._rollback()
             self._next_input_id = next_input_id
-            raise StorageError(f"journal write failed: {error}") from error
+            raise StorageError(f"journal write failed: "
+                               f"{failure_cause(error, self.directory)}") from error
         except BaseException:
             self._rollback()
             self._next_input_id = next_input_id
@@ -668,7 +706,7 @@ class Journal:
         try:
             return self._conn().execute(sql, params)
         except sqlite3.Error as error:
-            raise StorageError(f"journal: {error}") from error
+            raise StorageError(f"journal: {failure_cause(error, self.directory)}") from error
 
     # -- meta ------------------------------------------------------------------------
 
