@@ -13,7 +13,8 @@ Invariants:
 - host role: a device frame is delivered once. It is ACKed only when the caller says its
   effect is durable (:meth:`Link.ack`, in delivery order); a copy arriving before that
   gets no ACK, a copy of the last accepted frame of the same boot is ACKed again and
-  not delivered; :meth:`Link.refuse` forgets an unrecorded frame (and any after it);
+  not delivered (a frame of an unknown type too: NAKed 3 once, reported once);
+  :meth:`Link.refuse` forgets an unrecorded frame (and any after it);
 - device role: every host frame is executed (delivered) and ACKed, duplicates included;
 - the decoder and the link never raise out of :meth:`receive_data`.
 """
@@ -330,6 +331,8 @@ class Link:
                 self._events.append(FrameRejected(result.reason, result.detail))
             elif isinstance(result, Unsupported):
                 self._valid(now)
+                if self.role is Role.HOST and self._repeats_accepted(result.seq):
+                    continue
                 self._control(Nak(NakReason.UNSUPPORTED))
                 gap = 0
                 if self.role is Role.HOST:
@@ -362,6 +365,19 @@ class Link:
         """The duplicate-detection state after every frame delivered so far: the last
         delivered and not yet recorded, else the recorded one."""
         return self._delivered[-1] if self._delivered else self._dedup
+
+    def _repeats_accepted(self, seq: int) -> bool:
+        """Host role, a frame of an unknown type: is it a retransmission of the frame
+        accepted last (spec section 3, duplicates: its seq is the last accepted)? Then it
+        is ACKed again and not reported again. ACKed, not NAKed 3 a second time: an ACK
+        names its seq, a NAK concerns whatever the device has in flight, by then perhaps
+        its next frame, which it would drop. A seq of a frame delivered and not yet
+        recorded is not repeated this way: that frame gets no ACK before it is recorded."""
+        if self._delivered or self._dedup.last_seq != seq:
+            return False
+        self.stats["duplicates"] += 1
+        self._control(Ack(seq))
+        return True
 
     def _on_device_frame(self, message: Message, seq: int) -> None:
         # The boot the frame belongs to is the newest delivered, recorded or not: a HELLO

@@ -21,6 +21,7 @@ from firmware_protocol import (
     LinkError,
     MessageReceived,
     Nak,
+    NakReason,
     PeerAlive,
     PeerLost,
     ProtocolMismatch,
@@ -72,6 +73,33 @@ def test_host_acks_only_after_ack_call() -> None:
     host.receive_data(wire(card(1), 7), 0.5)
     assert events(host) == []
     assert frames_of(host.data_to_send()) == [(0x7E, 0, Ack(7))]
+
+
+def test_a_frame_of_unknown_type_sent_again_is_acked_and_not_reported_again() -> None:
+    """Spec section 2: an unknown type is NAKed 3 and its seq accepted; section 3: a frame
+    whose seq is the last accepted is a retransmission, ACKed again and not processed
+    again. Its copy (the NAK lost, or crossed with the device's retransmission) raised a
+    second protocol_mismatch. It is answered with an ACK naming its seq, not another NAK 3:
+    a NAK concerns whatever frame the device has in flight, by then maybe its next one."""
+    unknown = build_frame(0x55, 5, b"\x01")
+    host = Link(Role.HOST, 0.0, dedup=DedupState(0xAA, 4))
+    host.receive_data(unknown, 0.0)
+    (mismatch,) = events(host)
+    assert isinstance(mismatch, ProtocolMismatch)
+    assert (mismatch.seq, mismatch.gap, mismatch.dedup_after) == (5, 0, DedupState(0xAA, 5))
+    assert frames_of(host.data_to_send()) == [(0x7F, 0, Nak(NakReason.UNSUPPORTED))]
+    host.receive_data(unknown + unknown, 0.25)  # sent again, twice
+    assert events(host) == []
+    assert frames_of(host.data_to_send()) == [(0x7E, 0, Ack(5)), (0x7E, 0, Ack(5))]
+    assert host.stats["duplicates"] == 2
+    # After a restart, from the dedup state journalled with the notice: the same.
+    restarted = Link(Role.HOST, 1.0, dedup=mismatch.dedup_after)
+    restarted.receive_data(unknown, 1.0)
+    assert events(restarted) == []
+    assert frames_of(restarted.data_to_send()) == [(0x7E, 0, Ack(5))]
+    restarted.receive_data(wire(card(1), 6), 1.1)  # the device's next frame: no gap
+    (received,) = events(restarted)
+    assert isinstance(received, MessageReceived) and (received.seq, received.gap) == (6, 0)
 
 
 def test_ack_of_undelivered_seq_names_values() -> None:
@@ -352,8 +380,8 @@ def test_a_frame_of_unknown_type_reports_the_gap_before_it() -> None:
     assert beat.gap == 0
     host.ack(4)
     host.receive_data(build_frame(0x55, 5, b""), 0.2)  # next in line: no gap
-    host.receive_data(build_frame(0x55, 5, b""), 0.3)  # sent again: no gap either
-    assert [(e.seq, e.gap) for e in events(host)] == [(5, 0), (5, 0)]
+    host.receive_data(build_frame(0x55, 5, b""), 0.3)  # sent again: not reported again
+    assert [(e.seq, e.gap) for e in events(host)] == [(5, 0)]
     fresh = Link(Role.HOST, 0.0)  # nothing recorded: nothing to compare with
     fresh.receive_data(unknown, 0.0)
     assert [e.gap for e in events(fresh)] == [0]

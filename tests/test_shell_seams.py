@@ -17,6 +17,8 @@ import pytest
 from rig import Collector, make_settings, wait_for
 from test_daemon_e2e import check_shoe
 
+from firmware_protocol import Ack, Nak, NakReason, RawFrame, StreamDecoder, build_frame
+from firmware_protocol.messages import decode_message
 from shoed.daemon import Daemon
 from shoed.desk import Incoming
 from shoed.device.loopback import LoopbackTransport
@@ -155,6 +157,37 @@ def test_lost_line_raises_and_clears_device_lost(tmp_path: pathlib.Path) -> None
                      if (e := json.loads(body))["type"] == "alarm"]
             assert ("device_lost", True) in codes and ("device_lost", False) in codes
             assert transport.opens == 2
+    asyncio.run(main())
+
+
+def test_a_frame_of_unknown_type_sent_again_raises_one_notice_and_is_acked(
+        tmp_path: pathlib.Path) -> None:
+    """Spec sections 2 and 3: a frame of an unknown type is NAKed 3 and its seq accepted;
+    its retransmission is ACKed again and raises no second protocol_mismatch."""
+    async def main() -> None:
+        async with table(tmp_path, "whole") as (daemon, shoe, deal):
+            await deal(4)
+            transport = daemon.session.transport
+            assert isinstance(transport, LoopbackTransport)
+            to_shoe = transport.on_write
+            answers: list[bytes] = []
+            transport.on_write = answers.append
+            seq = shoe.link.spend_seq()  # the shoe's next seq goes to a frame of a newer type
+            unknown = build_frame(0x55, seq, b"\x01")
+            transport.feed(unknown)
+            transport.feed(unknown)  # its NAK lost: sent again
+            transport.feed(unknown[:5])  # and again, in two pieces
+            transport.feed(unknown[5:])
+            said = [decode_message(f.type_code, f.payload)
+                    for f in StreamDecoder().feed(b"".join(answers))
+                    if isinstance(f, RawFrame)]
+            assert said == [Nak(NakReason.UNSUPPORTED), Ack(seq), Ack(seq)]
+            transport.on_write = to_shoe
+            await deal(4)  # the shoe's next frames follow on: no gap
+            events = [json.loads(body) for _, body in daemon.outbox.take(10_000)]
+            alarms = [e["code"] for e in events if e["type"] == "alarm"]
+            assert alarms.count("protocol_mismatch") == 1 and "cards_lost" not in alarms
+            check_shoe(events, shoe.dealt)
     asyncio.run(main())
 
 
