@@ -256,6 +256,49 @@ async def test_tail_prints_one_readable_line_per_event(tmp_path: pathlib.Path,
 
 
 @asynctest
+async def test_tail_into_a_reader_that_stops_early_ends_quietly(tmp_path: pathlib.Path,
+                                                                broker: Any) -> None:
+    """`shoed tail | head -n 3`: once head has its lines and goes, tail's next write
+    raises BrokenPipeError and tail ends, exit 0, with nothing on stderr. A message
+    arriving while the feed closed used to start a gap-filling task after the last one
+    was cancelled, and asyncio said "Task was destroyed but it is pending!" at exit."""
+    table = TableProcess(tmp_path, broker.url, pace=0.05).start()
+    got: list[dict[str, Any]] = []
+    watching = asyncio.create_task(consume(TableFeed(broker.url, "T9", from_seq=1,
+                                                     grace_s=0.5), got))
+
+    def tail_into_head() -> tuple[int, bytes, str]:
+        tail = subprocess.Popen(
+            [sys.executable, "-m", "shoed.cli", "tail", "--url", broker.url, "--table", "T9",
+             "--from-seq", "1", "--grace", "0.5"], stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE)
+        assert tail.stdout is not None and tail.stderr is not None
+        head = subprocess.Popen(["head", "-n", "3"], stdin=tail.stdout,
+                                stdout=subprocess.PIPE)
+        tail.stdout.close()  # head alone reads it: its exit breaks tail's pipe
+        out = head.communicate(timeout=30)[0]
+        try:
+            code = tail.wait(timeout=30)
+        finally:
+            tail.kill()
+        return code, out, tail.stderr.read().decode()
+
+    try:
+        # More events than head takes, so that tail always has a next line to write.
+        await wait_for(lambda: len(got) >= 12, 60, "events to tail")
+        for _ in range(3):  # the close races with the messages arriving: a few times
+            code, out, err = await asyncio.to_thread(tail_into_head)
+            assert len(out.splitlines()) == 3 and out.startswith(b"T9 ")
+            assert code == 0, err
+            assert "Task was destroyed" not in err and "Traceback" not in err, err
+            assert "Exception ignored" not in err, err
+    finally:
+        watching.cancel()
+        await asyncio.gather(watching, return_exceptions=True)
+        table.stop()
+
+
+@asynctest
 async def test_a_break_after_commit_does_not_deliver_that_event_again(
         tmp_path: pathlib.Path, broker: Any) -> None:
     """The cursor moves when the loop asks for the next event; a consumer that stops

@@ -316,6 +316,10 @@ class TableFeed(TableConnection):
         await super().start()
 
     async def close(self) -> None:
+        # Closing from here: a message dispatched while the gap task's cancel is waited
+        # for must not start another one, left pending when the loop closes (asyncio's
+        # "Task was destroyed but it is pending!" at the end of `shoed tail | head`).
+        self._closing = True
         gaps, self._gap_task = self._gap_task, None
         if gaps is not None:
             await cancel_and_wait((gaps,))
@@ -413,6 +417,8 @@ class TableFeed(TableConnection):
         return (self.next_seq, upper) if upper >= self.next_seq else None
 
     def _schedule_gap(self, delay: float) -> None:
+        if self._closing:
+            return
         if self._gap_task is None or self._gap_task.done():
             self._gap_task = asyncio.create_task(self._fill_gaps(delay))
 
