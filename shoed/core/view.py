@@ -34,7 +34,9 @@ _OFF, _BURN, _PLAYER, _BANKER, _LAST_HAND, _STOP = (
 # --- positions ----------------------------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=1024)
+# The asks come from the hand being dealt (its prefixes): a few hands' worth is enough
+# (1024 entries held ~0.3 MB of tuples after a few shoes).
+@functools.lru_cache(maxsize=64)
 def _derive(cards: tuple[str | None, ...], has_burn: bool) -> tuple[str | None, ...]:
     return tuple(_derive_positions(cards, has_burn))
 
