@@ -10,10 +10,10 @@ With another NTP client and no adjtimex the answer is None: not known.
 from __future__ import annotations
 
 import ctypes
+import ctypes.util
+import functools
 import pathlib
 import time
-
-from shoed.libc import libc as _libc
 
 TIME_ERROR = 5  # the kernel's "clock not synchronised" state
 CACHE_S = 10.0
@@ -22,6 +22,15 @@ TIMESYNCD = pathlib.Path("/run/systemd/timesync")  # systemd-timesyncd's runtime
 
 class _Timex(ctypes.Structure):
     _fields_ = [("modes", ctypes.c_uint), ("_rest", ctypes.c_byte * 204)]
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL | None:
+    # find_library runs ldconfig in a subprocess: once per process, not per question.
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    except OSError:
+        return None
 
 
 _cached: tuple[float, bool | None] = (-CACHE_S, None)

@@ -30,7 +30,6 @@ from shoed.desk import CommandDesk
 from shoed.device.session import TIMER_MAX_S, DeviceSession
 from shoed.device.transports import Transport
 from shoed.errors import StorageError, SupervisionFailed
-from shoed.libc import trim_heap
 from shoed.sdnotify import Notifier
 from shoed.status import TableStatus
 from shoed.store.outbox import Outbox
@@ -145,7 +144,6 @@ class Daemon:
             if interval and self.supervisor.healthy():
                 self.notifier.notify(WATCHDOG=1)  # from the loop, only while all is well
             self.notify_status()
-            trim_heap()  # what the start and the last cards left free goes back (RSS)
             retention = self.settings.state.retention_days
             answers_s = self.settings.commands.request_id_memory_h * 3600
             if self.recorder.housekeeping(retention, answers_s):
