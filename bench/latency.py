@@ -398,8 +398,10 @@ def ratios(results: list[dict[str, Any]], over: str = "floor") -> dict[str, floa
     by = {r["target"]: r for r in results}
     if not {"shoed", over} <= by.keys():
         return {}
+    # A figure a target has none of (no samples in its rounds: None) has no ratio.
     out = {f"{figure}_{q}": round(by["shoed"][figure][q] / by[over][figure][q], 2)
-           for figure in ("card_to_ack_ms", "card_to_event_ms") for q in ("p50", "p99")}
+           for figure in ("card_to_ack_ms", "card_to_event_ms") for q in ("p50", "p99")
+           if by["shoed"].get(figure) and by[over].get(figure)}
     for figure, name in (("cpu_ms_per_card", "cpu_per_card"),
                          ("cpu_user_ms_per_card", "cpu_user_per_card"),
                          ("cpu_system_ms_per_card", "cpu_system_per_card"),
