@@ -34,6 +34,7 @@ class Unsupported:
     version: int
     type_code: int
     detail: str
+    frame: bytes = b""  # as received (COBS, no delimiter): a retransmission is this again
 
 
 DecodeResult = RawFrame | Discarded | Unsupported
@@ -99,7 +100,8 @@ class StreamDecoder:
             frame = parse_frame(chunk, self._known_types)
         except UnsupportedFrame as error:
             self.discards["unsupported"] += 1
-            results.append(Unsupported(error.seq, error.version, error.type_code, str(error)))
+            results.append(Unsupported(error.seq, error.version, error.type_code, str(error),
+                                           chunk))
             return
         except FrameError as error:
             reason = "crc" if error.nak_reason is NakReason.CRC_ERROR else "malformed"

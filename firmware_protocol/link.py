@@ -13,7 +13,8 @@ Invariants:
 - host role: a device frame is delivered once. It is ACKed only when the caller says its
   effect is durable (:meth:`Link.ack`, in delivery order); a copy arriving before that
   gets no ACK, a copy of the last accepted frame of the same boot is ACKed again and
-  not delivered (a frame of an unknown type too: NAKed 3 once, reported once);
+  not delivered (a byte-identical copy of a frame of an unknown type too: NAKed 3 once,
+  reported once);
   :meth:`Link.refuse` forgets an unrecorded frame (and any after it);
 - device role: every host frame is executed (delivered) and ACKed, duplicates included;
 - the decoder and the link never raise out of :meth:`receive_data`.
@@ -179,6 +180,9 @@ class Link:
         # Host: delivered, not yet acked, in delivery order. A correct device has one at a
         # time (stop-and-wait); a misbehaving one can have more in one chunk.
         self._delivered: deque[DedupState] = deque()
+        # Host: the last frame of unknown type answered (as received) and the state its
+        # seq made: its byte-identical copies are ACKed again (_repeats_unknown).
+        self._unknown: tuple[bytes, DedupState] | None = None
         self._last_valid = now
         self._lost = False
         self._liveness_s = liveness_s
@@ -331,7 +335,7 @@ class Link:
                 self._events.append(FrameRejected(result.reason, result.detail))
             elif isinstance(result, Unsupported):
                 self._valid(now)
-                if self.role is Role.HOST and self._repeats_accepted(result.seq):
+                if self.role is Role.HOST and self._repeats_unknown(result):
                     continue
                 self._control(Nak(NakReason.UNSUPPORTED))
                 gap = 0
@@ -341,6 +345,7 @@ class Link:
                     previous = self._previous()
                     gap = _lost_before(previous, result.seq)
                     self._dedup = DedupState(previous.boot_id, result.seq)
+                    self._unknown = (result.frame, self._dedup)
                 self._events.append(ProtocolMismatch(
                     result.seq, result.version, result.type_code, result.detail, self._dedup,
                     gap))
@@ -366,18 +371,31 @@ class Link:
         delivered and not yet recorded, else the recorded one."""
         return self._delivered[-1] if self._delivered else self._dedup
 
-    def _repeats_accepted(self, seq: int) -> bool:
-        """Host role, a frame of an unknown type: is it a retransmission of the frame
-        accepted last (spec section 3, duplicates: its seq is the last accepted)? Then it
-        is ACKed again and not reported again. ACKed, not NAKed 3 a second time: an ACK
+    def _repeats_unknown(self, result: Unsupported) -> bool:
+        """Host role, a frame of an unknown version or type: is it a retransmission of the
+        one answered last (spec section 3, duplicates: its seq is the last accepted)? Then
+        it is ACKed again and not reported again. ACKed, not NAKed 3 a second time: an ACK
         names its seq, a NAK concerns whatever the device has in flight, by then perhaps
-        its next frame, which it would drop. A seq of a frame delivered and not yet
-        recorded is not repeated this way: that frame gets no ACK before it is recorded."""
-        if self._delivered or self._dedup.last_seq != seq:
+        its next frame, which it would drop.
+
+        A retransmission is the same frame byte for byte: an unknown version's header
+        may not mean what ours does, and a rebooted device's first frame can carry the
+        same seq. Only while nothing was accepted since (the duplicate-detection state
+        is still the one that frame set), no frame is delivered and not yet recorded
+        (it gets no ACK before it is), and the notice was recorded
+        (:meth:`forget_unknown`). After a restart a copy is NAKed 3 and reported again."""
+        unknown = self._unknown
+        if (self._delivered or unknown is None or unknown[0] != result.frame
+                or unknown[1] is not self._dedup):
             return False
         self.stats["duplicates"] += 1
-        self._control(Ack(seq))
+        self._control(Ack(result.seq))
         return True
+
+    def forget_unknown(self) -> None:
+        """Host role: the notice of the last frame of unknown type could not be recorded;
+        its copies are answered as it was (NAK 3, reported), not ACKed."""
+        self._unknown = None
 
     def _on_device_frame(self, message: Message, seq: int) -> None:
         # The boot the frame belongs to is the newest delivered, recorded or not: a HELLO

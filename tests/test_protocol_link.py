@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import struct
 from dataclasses import dataclass, field
 
 import pytest
@@ -31,7 +32,7 @@ from firmware_protocol import (
     decode_message,
     encode_payload,
 )
-from firmware_protocol.framing import RawFrame, build_frame
+from firmware_protocol.framing import HEADER, RawFrame, build_frame, cobs_encode, crc16
 
 
 def frames_of(data: bytes) -> list[tuple[int, int, object]]:
@@ -92,14 +93,48 @@ def test_a_frame_of_unknown_type_sent_again_is_acked_and_not_reported_again() ->
     assert events(host) == []
     assert frames_of(host.data_to_send()) == [(0x7E, 0, Ack(5)), (0x7E, 0, Ack(5))]
     assert host.stats["duplicates"] == 2
-    # After a restart, from the dedup state journalled with the notice: the same.
+    # After a restart (the frame itself is not journalled): answered as the first was,
+    # and the device's next frame still shows no gap.
     restarted = Link(Role.HOST, 1.0, dedup=mismatch.dedup_after)
     restarted.receive_data(unknown, 1.0)
-    assert events(restarted) == []
-    assert frames_of(restarted.data_to_send()) == [(0x7E, 0, Ack(5))]
-    restarted.receive_data(wire(card(1), 6), 1.1)  # the device's next frame: no gap
+    (again,) = events(restarted)
+    assert isinstance(again, ProtocolMismatch) and again.gap == 0
+    assert frames_of(restarted.data_to_send()) == [(0x7F, 0, Nak(NakReason.UNSUPPORTED))]
+    restarted.receive_data(wire(card(1), 6), 1.1)
     (received,) = events(restarted)
     assert isinstance(received, MessageReceived) and (received.seq, received.gap) == (6, 0)
+
+
+def test_a_new_frame_of_unknown_version_with_the_last_seq_is_reported_not_acked() -> None:
+    """A shoe that reboots into firmware of another protocol version right after its
+    HELLO (seq 0) was recorded sends a new frame with seq 0: not a retransmission (only
+    the same bytes are), so NAK 3 and protocol_mismatch, as spec section 2 says."""
+    host = Link(Role.HOST, 0.0)
+    host.receive_data(wire(Hello(1, 0xAAAA, 0, "fw1", "SN-1"), 0), 0.0)
+    (hello,) = events(host)
+    assert isinstance(hello, MessageReceived)
+    host.ack(0)
+    host.data_to_send()
+    body = HEADER.pack(2, 1, 0, 5) + b"\x02" + b"\xbb" * 4  # version 2, seq 0
+    host.receive_data(cobs_encode(body + struct.pack("<H", crc16(body))) + b"\0", 1.0)
+    (mismatch,) = events(host)
+    assert isinstance(mismatch, ProtocolMismatch) and mismatch.seq == 0
+    assert frames_of(host.data_to_send()) == [(0x7F, 0, Nak(NakReason.UNSUPPORTED))]
+
+
+def test_a_copy_of_an_unknown_frame_whose_notice_was_not_recorded_is_not_acked() -> None:
+    """The session could not record the notice (storage failed): a host that cannot write
+    sends no ACK, so the copy is answered as the first was."""
+    unknown = build_frame(0x55, 5, b"\x01")
+    host = Link(Role.HOST, 0.0, dedup=DedupState(0xAA, 4))
+    host.receive_data(unknown, 0.0)
+    events(host)
+    host.data_to_send()
+    host.forget_unknown()
+    host.receive_data(unknown, 0.25)
+    (again,) = events(host)
+    assert isinstance(again, ProtocolMismatch)
+    assert frames_of(host.data_to_send()) == [(0x7F, 0, Nak(NakReason.UNSUPPORTED))]
 
 
 def test_ack_of_undelivered_seq_names_values() -> None:

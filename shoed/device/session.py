@@ -108,8 +108,11 @@ class DeviceSession:
                 if event.gap:  # frames lost before it (spec section 3: continuity)
                     self.log.warning("cards_lost", lost=event.gap, seq=event.seq)
                     lost.append(DeviceGap(**stamped, lost=event.gap))
-                self._commit([*lost, Notice(**stamped, code="protocol_mismatch",
-                                            message=event.detail)], event.dedup_after)
+                if self.recorder.commit([*lost, Notice(**stamped, code="protocol_mismatch",
+                                                       message=event.detail)],
+                                        event.dedup_after) is None:
+                    link.forget_unknown()  # not recorded: its copies are not ACKed
+                self._sync_status()
             elif isinstance(event, FrameRejected):
                 self._rejected_frame(event)
             elif isinstance(event, PeerLost):
