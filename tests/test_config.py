@@ -405,6 +405,23 @@ def test_a_state_dir_that_is_a_file_is_named_as_such(tmp_path: pathlib.Path) -> 
     assert str(caught.value) == f"state.dir {below}: {file} is not a directory"
 
 
+def test_a_state_dir_behind_a_dangling_symbolic_link_names_the_link(
+        tmp_path: pathlib.Path) -> None:
+    """/var/lib/shoed -> /mnt/data/shoed with the data disk not mounted: "is not a
+    directory" said nothing of the link, and was false of a path below it."""
+    link = tmp_path / "shoed"
+    link.symlink_to(tmp_path / "mnt" / "shoed")
+    with pytest.raises(StorageError) as caught:
+        prepare_state_dir(link)
+    assert str(caught.value) == (f"state.dir {link} is a symbolic link to "
+                                 f"{tmp_path / 'mnt' / 'shoed'}, which is not there")
+    below = link / "state"
+    with pytest.raises(StorageError) as caught:
+        prepare_state_dir(below)
+    assert str(caught.value) == (f"state.dir {below}: {link} is a symbolic link to "
+                                 f"{tmp_path / 'mnt' / 'shoed'}, which is not there")
+
+
 def _full_tmpfs(path: pathlib.Path) -> bool:
     """A 1 MiB tmpfs at `path` (root and mount(2) only)."""
     if os.geteuid() != 0:
@@ -465,6 +482,7 @@ def test_a_journal_error_is_called_a_full_disk_only_when_it_is_one(
             return free[0]
 
         f_bfree = f_bavail
+        f_blocks = 256
 
     monkeypatch.setattr(journal.os, "statvfs", lambda path: Stat())
     io_error = sqlite_error("disk I/O error", sqlite3.SQLITE_IOERR_SHMSIZE)
@@ -481,6 +499,12 @@ def test_a_journal_error_is_called_a_full_disk_only_when_it_is_one(
     locked = sqlite_error("database is locked", sqlite3.SQLITE_BUSY)
     free[0] = 0
     assert journal.failure_cause(locked, tmp_path) == "database is locked"
+    # A read error (a bad sector) on a nearly full disk is not the disk's being full.
+    bad_sector = sqlite_error("disk I/O error", sqlite3.SQLITE_IOERR_READ)
+    assert journal.failure_cause(bad_sector, tmp_path) == "disk I/O error"
+    # A filesystem that gives no size (0 blocks: some FUSE and network ones) says nothing.
+    Stat.f_blocks = 0
+    assert journal.failure_cause(io_error, tmp_path) == "disk I/O error"
 
 
 def test_a_variable_with_one_underscore_after_the_section_is_refused_not_ignored(

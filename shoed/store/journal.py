@@ -171,26 +171,38 @@ def prepare_state_dir(path: pathlib.Path) -> None:
 
 def free_bytes(directory: pathlib.Path) -> int | None:
     """The room left for this process on `directory`'s filesystem (root may use the
-    blocks reserved for it), or None when it cannot be asked."""
+    blocks reserved for it), or None when it cannot be asked (or the filesystem gives
+    no size: some FUSE and network filesystems report 0 blocks of 0)."""
     try:
         found = os.statvfs(directory)
     except OSError:
         return None
+    if not found.f_blocks:
+        return None
     return (found.f_bfree if os.geteuid() == 0 else found.f_bavail) * found.f_frsize
+
+
+#: SQLite's I/O errors a full disk causes: writing, syncing, growing a file, and making
+#: or growing the WAL's shared memory (-shm). A read error (a bad sector) is never one.
+_WRITE_IOERRS = frozenset({
+    sqlite3.SQLITE_IOERR_WRITE, sqlite3.SQLITE_IOERR_FSYNC, sqlite3.SQLITE_IOERR_DIR_FSYNC,
+    sqlite3.SQLITE_IOERR_TRUNCATE, sqlite3.SQLITE_IOERR_SHMOPEN,
+    sqlite3.SQLITE_IOERR_SHMSIZE, sqlite3.SQLITE_IOERR_SHMMAP})
 
 
 def failure_cause(error: sqlite3.Error | OSError, directory: pathlib.Path) -> str:
     """What a failed read or write of the journal in `directory` says: SQLite's or the
     system's own words, unless the disk is full. That is certain for SQLITE_FULL and
-    ENOSPC; SQLite's "disk I/O error" (its -shm cannot grow, at a start on a full disk)
-    counts as one when less than FULL_BELOW_BYTES are left. Its words are kept."""
+    ENOSPC; SQLite's "disk I/O error" of a write (its -shm cannot grow, at a start on a
+    full disk) counts as one when less than FULL_BELOW_BYTES are left. Its words are
+    kept."""
     if isinstance(error, OSError):
         full = error.errno == errno.ENOSPC
         words = error.strerror or str(error)
     else:
         code = getattr(error, "sqlite_errorcode", None)
         primary = code & 0xFF if isinstance(code, int) else None
-        free = free_bytes(directory) if primary == sqlite3.SQLITE_IOERR else None
+        free = free_bytes(directory) if code in _WRITE_IOERRS else None
         full = primary == sqlite3.SQLITE_FULL or (free is not None and free < FULL_BELOW_BYTES)
         words = f"SQLite said: {error}"
     if not full:
@@ -204,6 +216,10 @@ def _not_a_directory(path: pathlib.Path) -> str:
     """Why state.dir `path` cannot be made: it, or a directory above it, is not one."""
     for part in (*reversed(path.parents), path):
         with suppress(OSError):
+            if part.is_symlink() and not part.exists():
+                where = "state.dir" if part == path else f"state.dir {path}:"
+                return (f"{where} {part} is a symbolic link to {os.readlink(part)}, "
+                        f"which is not there")
             if part.exists() and not part.is_dir():
                 if part == path:
                     kind = "a file" if path.is_file() else "something else"
