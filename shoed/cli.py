@@ -18,13 +18,14 @@ from . import __version__
 def _cmd_run(args: argparse.Namespace) -> int:
     from . import logs
     from .aio import loop_factory
-    from .config import ConfigError, load_settings
+    from .config import ConfigError, check_device_port, load_settings
     from .daemon import Daemon
     from .errors import SupervisionFailed
     from .store.journal import StorageError
 
     try:
         settings = load_settings(args.config)
+        check_device_port(settings.device)
     except ConfigError as error:
         print(f"shoed: {error}", file=sys.stderr)
         return 2
@@ -52,10 +53,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_check_config(args: argparse.Namespace) -> int:
-    from .config import ConfigError, load_settings
+    from .config import ConfigError, check_device_port, load_settings
 
     try:
         settings = load_settings(args.path)
+        check_device_port(settings.device)
     except ConfigError as error:
         print(f"{args.path}: {error}", file=sys.stderr)
         return 2

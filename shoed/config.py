@@ -476,7 +476,6 @@ def load_settings(path: str | os.PathLike[str] | None) -> Settings:
         raise ConfigError(f"invalid configuration: {_env_not_json(error)}") from error
     finally:
         os.environ.pop("_SHOED_CONFIG_FILE", None)
-    check_device_port(settings.device)
     for key in ("password_file", "ca_file", "cert_file", "key_file"):
         file = getattr(settings.mqtt, key)
         if file is not None:
@@ -494,9 +493,10 @@ def load_settings(path: str | os.PathLike[str] | None) -> Settings:
 
 def check_device_port(device: DeviceSection) -> None:
     """Refuse a serial port the transport could never open (an empty one, an unknown
-    `scheme://`), naming the key and the forms it takes. Here, where a config is loaded
-    to be run or checked, and not on DeviceSection: tests and the simulator build
-    settings with an empty port and hand the daemon a transport of their own."""
+    `scheme://`), naming the key and the forms it takes. Called by `shoed run` and
+    `check-config` only, not on DeviceSection nor by the loader: the other commands
+    (`roads`, `console`, `analyze`, `demo`) never open the device, and tests and the
+    simulator build settings with an empty port and a transport of their own."""
     if device.transport != "serial":
         return  # a USB shoe is found by vid/pid; its port is not used
     from .device.transports import SERIAL_PORT_FORMS, serial_port_problem

@@ -113,7 +113,8 @@ def test_check_config_cli(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[
 @pytest.mark.parametrize(("port", "problem"), [
     ("", "is empty"), ("   ", "is empty"),
     ("tcp://10.0.0.5:4000", "has an unknown scheme 'tcp://'"),
-    ("loop://", "has an unknown scheme 'loop://'"),
+    ("loop://", "is pyserial's loopback, not a line to a shoe"),
+    ("../x://y", "has an unknown scheme '../x://'"),
     ("socket://", "is not socket://HOST:PORT"),
     ("socket://shoe.lan", "is not socket://HOST:PORT"),
     ("rfc2217://shoe.lan:99999", "is not rfc2217://HOST:PORT (Port out of range"),
@@ -134,10 +135,18 @@ def test_a_serial_port_that_cannot_be_opened_is_refused_at_the_check(
 
 
 def test_a_serial_port_given_in_the_environment_is_checked_too(
-        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("SHOED_DEVICE__PORT", "")
-    with pytest.raises(ConfigError, match=r"device\.port: '' is empty"):
-        load_settings(write(tmp_path, ""))
+    assert main(["check-config", str(write(tmp_path, ""))]) == 2
+    assert "device.port: '' is empty" in capsys.readouterr().err
+
+
+def test_commands_that_never_open_the_device_take_a_config_without_a_port(
+        tmp_path: pathlib.Path) -> None:
+    """`roads`, `console`, `analyze` and `demo` load the config, not the device: the
+    port's check is `run`'s and `check-config`'s."""
+    assert load_settings(write(tmp_path, '[device]\nport = ""\n')).device.port == ""
 
 
 @pytest.mark.parametrize("device", [
@@ -145,10 +154,15 @@ def test_a_serial_port_given_in_the_environment_is_checked_too(
     '[device]\nport = "socket://127.0.0.1:4000"\n',
     '[device]\nport = "rfc2217://shoe.lan:2217"\n',
     '[device]\nport = "SOCKET://shoe.lan:4000"\n',  # pyserial reads the scheme in any case
+    '[device]\nport = "socket://[::1]:4000"\n',
+    '[device]\nport = "rfc2217://shoe.lan:2217?ign_set_control&logging=debug"\n',
+    '[device]\nport = "hwgrep://1209:BAC0"\n',  # found by USB id: a real tty
+    '[device]\nport = "spy:///dev/ttyUSB0?file=/tmp/shoe.log"\n',
     '[device]\ntransport = "usb"\nport = ""\n',  # a USB shoe has no port: not looked at
 ])
-def test_usable_device_ports_pass(tmp_path: pathlib.Path, device: str) -> None:
-    load_settings(write(tmp_path, device))
+def test_usable_device_ports_pass(tmp_path: pathlib.Path, device: str,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check-config", str(write(tmp_path, device))]) == 0, capsys.readouterr().err
 
 
 def test_manifest(tmp_path: pathlib.Path) -> None:

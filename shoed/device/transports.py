@@ -28,12 +28,22 @@ USB_EP_OUT = 0x01
 USB_EP_IN = 0x81
 
 
-#: The `scheme://` URLs of pyserial the serial transport is written for: a shoe on TCP
-#: (`socket://`), or behind an RFC 2217 terminal server. Any other is refused by the
-#: config check (pyserial's loop://, spy://, hwgrep://... are not a shoe's line).
-SERIAL_URL_SCHEMES = ("socket", "rfc2217")
+#: pyserial's URLs that need a host and a port: a shoe on TCP, or behind an RFC 2217
+#: terminal server. Its other handlers (hwgrep://, spy://, alt://, cp2110://) reach a
+#: real line too and are taken as they are; loop:// is a loopback, never a shoe.
+SERIAL_NETWORK_SCHEMES = ("socket", "rfc2217")
 SERIAL_PORT_FORMS = ("a device path (/dev/shoe, /dev/ttyUSB0, /dev/serial/by-id/...), "
-                     "socket://HOST:PORT or rfc2217://HOST:PORT")
+                     "socket://HOST:PORT, rfc2217://HOST:PORT or another of pyserial's "
+                     "URLs for a real line (hwgrep://, spy://, alt://, cp2110://)")
+
+
+def _pyserial_knows(scheme: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(f"serial.urlhandler.protocol_{scheme}") is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def serial_port_problem(port: str) -> str | None:
@@ -48,8 +58,13 @@ def serial_port_problem(port: str) -> str | None:
     scheme, sep, _rest = port.partition("://")
     if not sep:
         return None  # a device path: whether it is there is the run's business (a replug)
-    if scheme.lower() not in SERIAL_URL_SCHEMES:  # pyserial reads it in any case
+    scheme = scheme.lower()  # pyserial reads it in any case
+    if scheme == "loop":
+        return "is pyserial's loopback, not a line to a shoe"
+    if not scheme.isidentifier() or not _pyserial_knows(scheme):
         return f"has an unknown scheme {scheme + '://'!r}"
+    if scheme not in SERIAL_NETWORK_SCHEMES:
+        return None
     form = f"{scheme}://HOST:PORT"
     try:
         parts = urllib.parse.urlsplit(port)
