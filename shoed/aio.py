@@ -186,7 +186,9 @@ def clear_stray_cancel() -> int:
 
 def run_until_signalled(main: Coroutine[Any, Any, int]) -> int:
     """Run `main` on a new loop until it returns; SIGTERM or SIGINT cancels it (exit 0).
-    Other exceptions propagate to the caller, after the loop is closed."""
+    Other exceptions propagate to the caller, after the loop is closed. As `asyncio.run`
+    does, tasks still pending then are cancelled and awaited and async generators
+    closed first: none is destroyed pending ("Task was destroyed but it is pending!")."""
     loop = asyncio.new_event_loop()
     task = loop.create_task(main)
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -197,7 +199,19 @@ def run_until_signalled(main: Coroutine[Any, Any, int]) -> int:
     except asyncio.CancelledError:
         return 0
     finally:
-        loop.close()
+        try:
+            _cancel_leftovers(loop)
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            loop.close()
+
+
+def _cancel_leftovers(loop: asyncio.AbstractEventLoop) -> None:
+    left = [t for t in asyncio.all_tasks(loop) if not t.done()]
+    for leftover in left:
+        leftover.cancel()
+    if left:
+        loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
 
 
 def loop_factory(kind: Literal["asyncio", "uvloop"]

@@ -202,3 +202,36 @@ def test_the_journal_check_after_ready_runs_at_the_idle_priority(tmp_path: Any) 
     finally:
         recorder.journal.close()
     assert seen == [("integrity_check", os.SCHED_IDLE)]
+
+
+def test_run_until_signalled_cancels_what_is_left_and_closes_async_generators() -> None:
+    """As `asyncio.run` does: a task still pending when `main` returns is cancelled and
+    awaited (its clean-up runs; it is not destroyed pending, which asyncio reports on
+    stderr), and a suspended async generator is closed, before the loop is."""
+    from shoed.aio import run_until_signalled
+
+    cleaned: list[str] = []
+
+    async def stray() -> None:
+        try:
+            await asyncio.sleep(3600)
+        finally:
+            cleaned.append("task")
+
+    async def events() -> Any:
+        try:
+            while True:
+                yield 1
+                await asyncio.sleep(0)
+        finally:
+            cleaned.append("generator")
+
+    async def main() -> int:
+        asyncio.get_running_loop().create_task(stray())
+        await asyncio.sleep(0)
+        async for _ in events():
+            break  # left suspended, as `async for` leaves it on an exception
+        return 3
+
+    assert run_until_signalled(main()) == 3
+    assert sorted(cleaned) == ["generator", "task"]

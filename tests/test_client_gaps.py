@@ -207,3 +207,29 @@ def test_the_held_range_is_read_from_the_fields_else_from_the_message(
         error: dict[str, Any], held: tuple[int, int] | None) -> None:
     from shoed.client.feed import _held_range
     assert _held_range(error) == held
+
+
+def test_a_closing_feed_starts_no_gap_task_while_it_waits_for_the_last_one(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An event dispatched while `close()` waits for the gap task's cancel used to start
+    a new gap task, which nothing cancelled before the loop closed (decisions.md 180)."""
+    from shoed.client import feed as feed_module
+
+    async def main() -> None:
+        feed = TableFeed("mqtt://127.0.0.1:1", "T9", from_seq=1, grace_s=0.5)
+        feed.next_seq, feed._head = 1, 5  # events 1..4 missing: a gap task is due
+        feed._schedule_gap(60.0)
+        first = feed._gap_task
+        assert first is not None
+        real = feed_module.cancel_and_wait
+
+        async def meanwhile(tasks: Any) -> None:
+            feed._schedule_gap(0.0)  # a message dispatched while the cancel is waited for
+            await real(tasks)
+
+        monkeypatch.setattr(feed_module, "cancel_and_wait", meanwhile)
+        await feed.close()
+        assert first.cancelled()
+        assert feed._gap_task is None
+        assert [t for t in asyncio.all_tasks() if t is not asyncio.current_task()] == []
+    asyncio.run(main())

@@ -321,9 +321,11 @@ class TableFeed(TableConnection):
         # "Task was destroyed but it is pending!" at the end of `shoed tail | head`).
         self._closing = True
         gaps, self._gap_task = self._gap_task, None
-        if gaps is not None:
-            await cancel_and_wait((gaps,))
-        await super().close()
+        try:
+            if gaps is not None:
+                await cancel_and_wait((gaps,))
+        finally:  # a cancel meanwhile (SIGTERM) still stops the connection's task
+            await super().close()
 
     async def on_connect(self) -> None:
         # After a (re)connect: anything after what we have may have been lost meanwhile.
