@@ -118,6 +118,8 @@ def test_check_config_cli(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[
     ("socket://", "is not socket://HOST:PORT"),
     ("socket://shoe.lan", "is not socket://HOST:PORT"),
     ("rfc2217://shoe.lan:99999", "is not rfc2217://HOST:PORT (Port out of range"),
+    ("socket://shoe.lan:4000?timeout=3",
+     "has an option 'timeout' pyserial does not take (it takes logging)"),
 ])
 def test_a_serial_port_that_cannot_be_opened_is_refused_at_the_check(
         tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], port: str,

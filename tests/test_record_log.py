@@ -174,7 +174,8 @@ def test_a_record_that_cannot_be_written_is_a_storage_error_and_records_nothing(
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "fdatasync", fail)
-    with pytest.raises(StorageError, match=r"record log .*No space left"):
+    with pytest.raises(StorageError, match=r"record log .*: the disk is full \(\d+ bytes "
+                       r"free for state\.dir .*; No space left on device\)"):
         journal.record([(1.0, "{}")], "[1, 1]")
     monkeypatch.undo()
     assert journal.pending == 0 and journal.last_input_id() == 0

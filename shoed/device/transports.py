@@ -32,6 +32,9 @@ USB_EP_IN = 0x81
 #: terminal server. Its other handlers (hwgrep://, spy://, alt://, cp2110://) reach a
 #: real line too and are taken as they are; loop:// is a loopback, never a shoe.
 SERIAL_NETWORK_SCHEMES = ("socket", "rfc2217")
+#: The options pyserial's handlers of those take after `?` (any other fails its open).
+SERIAL_URL_OPTIONS = {"socket": ("logging",),
+                      "rfc2217": ("logging", "ign_set_control", "poll_modem", "timeout")}
 SERIAL_PORT_FORMS = ("a device path (/dev/shoe, /dev/ttyUSB0, /dev/serial/by-id/...), "
                      "socket://HOST:PORT, rfc2217://HOST:PORT or another of pyserial's "
                      "URLs for a real line (hwgrep://, spy://, alt://, cp2110://)")
@@ -73,6 +76,10 @@ def serial_port_problem(port: str) -> str | None:
         return f"is not {form} ({error})"
     if not parts.hostname or number is None or number == 0:
         return f"is not {form}"
+    taken = SERIAL_URL_OPTIONS[scheme]
+    for option in urllib.parse.parse_qs(parts.query, keep_blank_values=True):
+        if option not in taken:
+            return f"has an option {option!r} pyserial does not take (it takes {', '.join(taken)})"
     return None
 
 

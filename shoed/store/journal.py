@@ -497,7 +497,8 @@ class Journal:
         except RecordLogError as error:
             raise self._damaged(str(error)) from error
         except OSError as error:
-            raise StorageError(f"record log {path}: {error.strerror}") from error
+            raise StorageError(f"record log {path}: "
+                               f"{failure_cause(error, path.parent)}") from error
         row = self._run(NEWEST_INPUT_SQL).fetchone()
         newest = max(int(row[0] or 0), int(row[1] or 0))
         self._pending = not_in_database(self._records.entries, newest)
@@ -630,7 +631,8 @@ class Journal:
         try:
             self._records.append(rows, first - 1, dedup)
         except OSError as error:
-            raise StorageError(f"record log {self._records.path}: {error.strerror}"
+            raise StorageError(f"record log {self._records.path}: "
+                               f"{failure_cause(error, self._records.path.parent)}"
                                ) from error
         self._next_input_id = first + len(rows)
         self._pending.append(Entry(rows, first - 1, dedup))
