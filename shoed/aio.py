@@ -186,32 +186,24 @@ def clear_stray_cancel() -> int:
 
 def run_until_signalled(main: Coroutine[Any, Any, int]) -> int:
     """Run `main` on a new loop until it returns; SIGTERM or SIGINT cancels it (exit 0).
-    Other exceptions propagate to the caller, after the loop is closed. As `asyncio.run`
-    does, tasks still pending then are cancelled and awaited and async generators
-    closed first: none is destroyed pending ("Task was destroyed but it is pending!")."""
-    loop = asyncio.new_event_loop()
-    task = loop.create_task(main)
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, task.cancel)
-    try:
-        return loop.run_until_complete(task)
-    except asyncio.CancelledError:
-        return 0
-    finally:
+    Other exceptions propagate to the caller, after the loop is closed. The loop is
+    asyncio's `Runner`'s: tasks still pending at the end are cancelled and awaited and
+    async generators closed first, so none is destroyed pending ("Task was destroyed
+    but it is pending!")."""
+    async def until_signalled() -> int:
+        task = asyncio.current_task()
+        assert task is not None
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, task.cancel)
         try:
-            _cancel_leftovers(loop)
-            loop.run_until_complete(loop.shutdown_asyncgens())
-        finally:
-            loop.close()
+            return await main
+        except asyncio.CancelledError:
+            return 0
 
-
-def _cancel_leftovers(loop: asyncio.AbstractEventLoop) -> None:
-    left = [t for t in asyncio.all_tasks(loop) if not t.done()]
-    for leftover in left:
-        leftover.cancel()
-    if left:
-        loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+    with asyncio.Runner() as runner:
+        return runner.run(until_signalled())
 
 
 def loop_factory(kind: Literal["asyncio", "uvloop"]

@@ -92,9 +92,11 @@ class DeviceSession:
         except Exception:  # a bug must not stop the shoe being served
             self.log.exception("frame_handling_failed", bytes=data[:64].hex())
 
-    def _commit(self, inputs: list[Input], dedup: Any = None) -> None:
-        self.recorder.commit(inputs, dedup)
+    def _commit(self, inputs: list[Input], dedup: Any = None) -> list[Any] | None:
+        """The recorder's commit, then the status; None if storage failed."""
+        outputs = self.recorder.commit(inputs, dedup)
         self._sync_status()
+        return outputs
 
     def _drain_link(self) -> None:
         link = self.link
@@ -108,11 +110,10 @@ class DeviceSession:
                 if event.gap:  # frames lost before it (spec section 3: continuity)
                     self.log.warning("cards_lost", lost=event.gap, seq=event.seq)
                     lost.append(DeviceGap(**stamped, lost=event.gap))
-                if self.recorder.commit([*lost, Notice(**stamped, code="protocol_mismatch",
-                                                       message=event.detail)],
-                                        event.dedup_after) is None:
+                if self._commit([*lost, Notice(**stamped, code="protocol_mismatch",
+                                               message=event.detail)],
+                                event.dedup_after) is None:
                     link.forget_unknown()  # not recorded: its copies are not ACKed
-                self._sync_status()
             elif isinstance(event, FrameRejected):
                 self._rejected_frame(event)
             elif isinstance(event, PeerLost):

@@ -53,8 +53,8 @@ def serial_port_problem(port: str) -> str | None:
     """Why the serial transport could never open `port` ("is empty", ...), or None;
     nothing is opened.
 
-    Checked by the config's loader (`check-config`, `shoed run`), not when a transport
-    is made: a port that cannot be opened otherwise shows only as a `device_open_failed`
+    Checked by `check-config` and `shoed run` (config.check_device_port), not when a
+    transport is made: a port that cannot be opened otherwise shows only as a `device_open_failed`
     warning every few seconds once the daemon runs."""
     if not port.strip():
         return "is empty"

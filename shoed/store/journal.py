@@ -196,6 +196,7 @@ def failure_cause(error: sqlite3.Error | OSError, directory: pathlib.Path) -> st
     ENOSPC; SQLite's "disk I/O error" of a write (its -shm cannot grow, at a start on a
     full disk) counts as one when less than FULL_BELOW_BYTES are left. Its words are
     kept."""
+    free = None
     if isinstance(error, OSError):
         full = error.errno == errno.ENOSPC
         words = error.strerror or str(error)
@@ -207,7 +208,8 @@ def failure_cause(error: sqlite3.Error | OSError, directory: pathlib.Path) -> st
         words = f"SQLite said: {error}"
     if not full:
         return str(error)
-    free = free_bytes(directory)
+    if free is None:  # not asked yet (or not known: asked again, once)
+        free = free_bytes(directory)
     room = f"{free} bytes free for " if free is not None else ""
     return f"the disk is full ({room}state.dir {directory}; {words})"
 
