@@ -32,7 +32,7 @@ from pydantic import ValidationError
 
 from .config import ConfigError, Settings, load_settings
 from .core.roads import RoadsMessage
-from .mqtt.brokers import BrokerList, BrokerUrl
+from .mqtt.brokers import BrokerList, BrokerUrl, refused_subscription
 
 RESET, BOLD, RED, GREEN, BLUE = "\033[0m", "\033[1m", "\033[31m", "\033[32m", "\033[94m"
 SIDE_COLOUR = {"banker": RED, "player": BLUE, "tie": GREEN, None: GREEN}
@@ -52,13 +52,25 @@ def _paint(text: str, code: str, colour: bool) -> str:
     return f"{code}{text}{RESET}" if colour and code else text
 
 
-def _grid(cells: list[Cell], rows: int, cell_width: int, width: int,
-          colour: bool) -> tuple[list[str], bool]:
-    """The grid's lines (each at most `width` wide) and whether older columns were cut."""
+def _window(cells: list[Cell], cell_width: int, width: int) -> tuple[int, int, int]:
+    """The columns a grid shows: (first, shown, columns in all). `cells` are in play
+    order. The view holds the right-most columns that fit, unless the newest cell lies
+    left of them: a long tail runs right along the bottom row past the columns where
+    later streaks open, so the view then starts at the newest cell's column (the newest
+    result is always on screen; the tail's far end is cut instead)."""
     columns = max((col for col, _, _, _ in cells), default=-1) + 1
     fit = max(1, width // cell_width)
     first = max(0, columns - fit)
-    shown = max(columns - first, 1)
+    if cells and cells[-1][0] < first:
+        first = cells[-1][0]
+    return first, max(min(columns - first, fit), 1), columns
+
+
+def _grid(cells: list[Cell], rows: int, cell_width: int, width: int,
+          colour: bool) -> tuple[list[str], bool]:
+    """The grid's lines (each at most `width` wide) and whether columns were cut
+    (:func:`_window` says which are shown)."""
+    first, shown, columns = _window(cells, cell_width, width)
     at = {(col, row): (text, code) for col, row, text, code in cells}
     lines = []
     for row in range(rows):
@@ -68,7 +80,7 @@ def _grid(cells: list[Cell], rows: int, cell_width: int, width: int,
             padded = text.ljust(cell_width)
             parts.append(_paint(text, code, colour) + padded[len(text):])
         lines.append("".join(parts).rstrip())
-    return lines, first > 0
+    return lines, first > 0 or first + shown < columns
 
 
 def _bead_text(cell: dict[str, Any]) -> str:
@@ -214,7 +226,7 @@ async def _fetch_from(settings: Settings, broker: BrokerUrl, timeout: float
                       ) -> dict[str, Any] | None:
     topic = f"{settings.topic_root}/roads"
     async with aiomqtt.Client(**client_args(settings, _identifier(), broker)) as client:
-        await client.subscribe(topic, qos=1)
+        await _subscribe(client, topic)
         try:
             async with asyncio.timeout(timeout):
                 async for message in client.messages:
@@ -224,6 +236,13 @@ async def _fetch_from(settings: Settings, broker: BrokerUrl, timeout: float
         except TimeoutError:
             return None
     return None
+
+
+async def _subscribe(client: aiomqtt.Client, topic: str) -> None:
+    """Subscribe; a refusal (a broker that enforces its ACL at SUBSCRIBE) raises."""
+    refused = refused_subscription(await client.subscribe(topic, qos=1))
+    if refused is not None:
+        raise aiomqtt.MqttError(f"the broker refused the subscription to {topic}: {refused}")
 
 
 async def follow_roads(settings: Settings, show: Callable[[dict[str, Any]], None]) -> None:
@@ -239,7 +258,7 @@ async def follow_roads(settings: Settings, show: Callable[[dict[str, Any]], None
             async with aiomqtt.Client(**client_args(settings, _identifier(),
                                                     brokers.current)) as client:
                 connected = True
-                await client.subscribe(topic, qos=1)
+                await _subscribe(client, topic)
                 backoff = 0.5
                 async for message in client.messages:
                     try:
@@ -295,8 +314,12 @@ def roads(args: argparse.Namespace) -> int:
         print(f"shoed roads: {error}", file=sys.stderr)
         return 1
     if message is None:
+        user = settings.mqtt.username
         print(f"shoed roads: no board retained on {topic} at {', '.join(settings.mqtt.urls)} "
-              f"(is the daemon running?)", file=sys.stderr)
+              f"within {args.timeout:g} s: the daemon has not published one (is it running?)"
+              + (f", or the broker's ACL does not let user {user!r} read the topic (Mosquitto "
+                 "then delivers nothing; deploy/mosquitto/shoed.acl lets every user read "
+                 "it)" if user else ""), file=sys.stderr)
         return 1
     sys.stdout.write(json.dumps(message, indent=2) + "\n" if args.json
                      else _text(message, colour))

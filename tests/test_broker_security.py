@@ -23,7 +23,8 @@ from shoed.sim.shoe import Script
 
 pytestmark = pytest.mark.broker
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-PASSWORDS = {"table-T9": "t9-secret-pw", "supervisor": "sup-pw", "consumer": "con-pw"}
+PASSWORDS = {"table-T9": "t9-secret-pw", "supervisor": "sup-pw", "consumer": "con-pw",
+             "display-7": "disp-pw"}  # display-7: a user the ACL does not name
 
 
 def make_pki(directory: pathlib.Path) -> None:

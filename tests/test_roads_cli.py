@@ -21,7 +21,7 @@ from test_broker_security import PASSWORDS, secure_broker, tls  # noqa: F401 - a
 from shoed.cli import main
 from shoed.config import ConfigError, load_settings, write_config
 from shoed.core.roads import HandOutcome, RoadsMessage, roads_message
-from shoed.roads_cli import render_board, strip_ansi
+from shoed.roads_cli import _window, render_board, strip_ansi
 
 LETTER = {"B": "banker", "P": "player", "T": "tie"}
 
@@ -102,6 +102,46 @@ def test_a_long_shoe_fits_the_width_and_shows_the_latest_columns(width: int):
         (row0[col]["winner"][0].upper() + (str(row0[col]["ties"]) if row0[col]["ties"] else "")
          if col in row0 else ".").ljust(3) for col in range(first, columns))
     assert top == expected.rstrip()
+
+
+def test_the_newest_result_stays_in_view_behind_a_long_tail():
+    """A dragon of 40 runs right along the bottom row; the two player wins after it open
+    at column 1. The view starts there (the newest cell on screen), not at the tail's end
+    (outside review: the player streak was drawn nowhere)."""
+    results = [HandOutcome(i + 1, "banker") for i in range(40)] + [
+        HandOutcome(41, "player"), HandOutcome(42, "player")]
+    message = roads_message(results, seq=1, shoe_id="X")
+    assert message["big_road"][-1]["col"] == 1  # the case: newest cell left of the tail
+    text = render_board(message, width=80)
+    lines = text.splitlines()
+    at = lines.index("Big road (latest columns)")
+    grid = lines[at + 1:at + 7]
+    assert max(len(line) for line in lines) <= 80
+    assert grid[0].startswith("P  ") and grid[1].startswith("P  ")  # column 1: P, P
+    assert grid[5].startswith("B  B  ")  # the tail goes on from column 1, cut on the right
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["banker", "player", "tie"]),
+                          st.integers(min_value=1, max_value=30)), max_size=12),
+       st.sampled_from([3, 6]), st.sampled_from(["stay", "drop"]),
+       st.integers(min_value=1, max_value=40))
+def test_every_grid_shows_its_newest_cell(streaks: list[tuple[str, int]], rows: int,
+                                          tail: str, width: int):
+    """Streaky shoes (dragons of up to 30), every road, any width."""
+    winners = [side for side, length in streaks for _ in range(length)]
+    results = [HandOutcome(i + 1, w) for i, w in enumerate(winners)]
+    message = roads_message(results, seq=1, shoe_id="X", rows=rows, tail_mode=tail)
+    roads = [message["bead_plate"], message["big_road"]] + [
+        message[key]["cells"] for key in ("big_eye_boy", "small_road", "cockroach_pig")]
+    for road in roads:
+        cells = [(c["col"], c["row"], "x", "") for c in road]
+        first, shown, columns = _window(cells, 1, width)
+        assert shown <= max(1, width)
+        if cells:
+            assert first <= cells[-1][0] < first + shown  # the newest result is on screen
+            if cells[-1][0] >= columns - width:
+                assert first + shown == columns  # else the right-most columns, as before
 
 
 def test_colour_adds_ansi_codes_and_nothing_else():
@@ -230,6 +270,18 @@ def test_the_daemon_user_publishes_the_board_and_a_consumer_reads_it_over_tls(
                  "password_file": str(password), "ca_file": str(pki / "ca.crt")}})
     assert main(["roads", "--config", str(path)]) == 0
     assert capsys.readouterr().out == EXAMPLE_TEXT  # seq 40: the daemon's board
+    # Every client reads it: the daemon's own config (issue 15: `shoed roads --config`
+    # with the daemon's file) and a user the ACL does not name (outside review).
+    for user in ("table-T9", "display-7"):
+        secret = tmp_path / f"{user}.pw"
+        secret.write_text(PASSWORDS[user] + "\n")
+        secret.chmod(0o600)
+        path = write_config(tmp_path / f"{user}.toml", {
+            "table": {"id": "T9"},
+            "mqtt": {"url": f"mqtts://127.0.0.1:{broker.port}", "username": user,
+                     "password_file": str(secret), "ca_file": str(pki / "ca.crt")}})
+        assert main(["roads", "--config", str(path), "--timeout", "3"]) == 0, user
+        assert capsys.readouterr().out == EXAMPLE_TEXT
 
 
 @pytest.mark.broker

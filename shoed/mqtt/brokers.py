@@ -109,3 +109,17 @@ class BrokerList:
         self._round = list(self.brokers)
         self._tried = 0
         return True
+
+
+def refused_subscription(granted: Sequence[object]) -> str | None:
+    """What a SUBACK refused, or None: `granted` is what aiomqtt's ``subscribe`` returns
+    (paho's ReasonCodes, or ints from an older paho). A reason of 0x80 or more is a
+    refusal (MQTT 5 section 3.9.3: 0x87 Not authorized, ...; 3.1.1: 0x80 Failure).
+    Mosquitto grants a subscription its ACL does not let the user read and then delivers
+    nothing; other brokers (RabbitMQ, NATS, EMQX) refuse it here."""
+    for code in granted:
+        value = code if isinstance(code, int) else getattr(code, "value", 0)
+        if isinstance(value, int) and value >= 0x80:
+            name = "" if isinstance(code, int) else f"{code} "
+            return f"{name}(SUBACK reason 0x{value:02X})"
+    return None

@@ -45,6 +45,7 @@ from shoed import logs
 from shoed.config import ConfigError, Settings, describe_errors, load_settings
 from shoed.console.server import ws_url as console_ws_url
 from shoed.daemon import Daemon
+from shoed.mqtt.brokers import refused_subscription
 from shoed.roads_cli import client_args, parse_board, render_board
 
 from .broker import BrokerError, PrivateMosquitto, answers, free_port
@@ -624,8 +625,7 @@ async def read_statuses(settings: Settings, topic: str, wait_s: float = 0.7
     args = client_args(settings, f"shoed-demo-probe-{os.getpid()}-{time.time_ns()}")
     try:
         async with aiomqtt.Client(**args) as client:
-            granted = await client.subscribe(topic, qos=1)
-            if any((g if isinstance(g, int) else g.value) >= 0x80 for g in granted):
+            if refused_subscription(await client.subscribe(topic, qos=1)) is not None:
                 raise DemoError(f"the broker at {settings.mqtt.urls[0]} does not let this demo "
                                 f"read {topic}, so it cannot tell which tables are in use")
             with contextlib.suppress(TimeoutError):
