@@ -121,7 +121,9 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
         from .config import ConfigError, load_settings
 
         try:
-            rules = load_settings(args.config).rules
+            # The pay table and the decks only: the secrets and the manifest it names
+            # are not read (an auditor's copy of a table's config may lack them).
+            rules = load_settings(args.config, files=False).rules
         except ConfigError as error:
             print(f"shoed: {error}", file=sys.stderr)
             return 2

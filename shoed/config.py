@@ -213,7 +213,10 @@ class PayoutsSection(Section):
 
 # --- side bets: [rules.side_bets.<bet>], a named preset and any figure overridden ------
 
-Pay = Field(default=None, ge=0, le=10_000)
+# Net units per unit staked, as every figure: 0 returns the stake (a push), and -1 loses it,
+# for a house that does not pay an outcome its preset pays (e.g. a Dragon Bonus whose
+# natural tie loses; decisions.md 182).
+Pay = Field(default=None, ge=-1, le=10_000)
 
 
 class SideBetSection(Section):
@@ -451,8 +454,13 @@ def describe_errors(error: ValidationError) -> str:
     return "; ".join(lines)
 
 
-def load_settings(path: str | os.PathLike[str] | None) -> Settings:
-    """Read the TOML file (if any) and the environment; raise ConfigError naming the key."""
+def load_settings(path: str | os.PathLike[str] | None, *, files: bool = True) -> Settings:
+    """Read the TOML file (if any) and the environment; raise ConfigError naming the key.
+
+    `files=False`: the files the settings name (mqtt's password, CA, certificate and key,
+    cards.manifest) are not checked nor read: for a command that uses none of them (`shoed
+    analyze` reads the pay table of a production config, whose secrets its user may not
+    be able to read, or which is a copy without them)."""
     if path is not None:
         file = pathlib.Path(path)
         require_readable_file(file, "config file")
@@ -476,6 +484,8 @@ def load_settings(path: str | os.PathLike[str] | None) -> Settings:
         raise ConfigError(f"invalid configuration: {_env_not_json(error)}") from error
     finally:
         os.environ.pop("_SHOED_CONFIG_FILE", None)
+    if not files:
+        return settings
     for key in ("password_file", "ca_file", "cert_file", "key_file"):
         file = getattr(settings.mqtt, key)
         if file is not None:

@@ -276,6 +276,36 @@ win_by_9 = 40
     assert table.banker_on_three_card_seven == 0.0
 
 
+def test_a_side_bet_outcome_can_be_made_to_lose(tmp_path: pathlib.Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """-1 for an outcome: the house does not pay it (outside review: every figure was
+    refused below 0, so a Dragon Bonus whose natural tie loses could not be set)."""
+    path = write(tmp_path, "[rules.side_bets.dragon_bonus_player]\nnatural_tie = -1\n")
+    table = load_settings(path).rules.paytable()
+    natural_tie = evaluate(["4S", "5D", "4H", "3C"])  # 8-8
+    assert table.payouts(natural_tie)["dragon_bonus_player"] == -1.0
+    standard = run_json(capsys, "--side-bets", "dragon_bonus_player")
+    losing = run_json(capsys, "--config", str(path))
+    p_tie = standard["probabilities"]["dragon_bonus_player_natural_tie"]
+    assert losing["house_edge"]["dragon_bonus_player"] == pytest.approx(
+        standard["house_edge"]["dragon_bonus_player"] + p_tie, abs=1e-12)
+
+
+def test_analyze_reads_a_config_without_its_secret_files(
+        tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`analyze --config` needs the pay table only: a production config whose password,
+    TLS files or card manifest are not there (an auditor's copy) is read (outside review:
+    it was refused, `mqtt.password_file: ... does not exist`). `run` still checks them."""
+    path = write(tmp_path, "[mqtt]\npassword_file = '/nonexistent/pw'\n"
+                           "ca_file = '/nonexistent/ca.pem'\n"
+                           "[cards]\nmanifest = '/nonexistent/m.csv'\n"
+                           "[rules]\ntable_type = 'ez'\n")
+    out = run_json(capsys, "--config", str(path))
+    assert out["house_edge"]["banker"] == pytest.approx(0.010183, abs=5e-7)
+    with pytest.raises(ConfigError, match=r"mqtt\.password_file"):
+        load_settings(path)
+
+
 def test_config_without_side_bets_offers_none_except_ez() -> None:
     rules = load_settings(None).rules
     assert rules.paytable().side_bets == ()
@@ -286,6 +316,7 @@ def test_config_without_side_bets_offers_none_except_ez() -> None:
 @pytest.mark.parametrize(("text", "needle"), [
     ("[rules.side_bets.lucky6]\npreset = '12/24'\n", "rules.side_bets.lucky6.preset"),
     ("[rules.side_bets.dragon7]\nwin = -3\n", "rules.side_bets.dragon7.win"),
+    ("[rules.side_bets.dragon7]\nwin = -1.5\n", "rules.side_bets.dragon7.win"),
     ("[rules.side_bets.dragon7]\nlose = 3\n", "rules.side_bets.dragon7.lose"),
     ("[rules.side_bets.dragon9]\nwin = 3\n", "rules.side_bets.dragon9"),
     ("[rules.side_bets.perfect_pair]\nboth = 'lots'\n", "rules.side_bets.perfect_pair.both"),
