@@ -91,8 +91,15 @@ def test_void_hand_keeps_the_hold_and_the_alarm_for_the_next_hand() -> None:
     assert not [e for e in table.of("alarm", m) if not e.active]  # nothing cleared
     state = table.state
     assert state["hold"]["reasons"] == ["shoe_unshuffled"] and state["alarms"]
+    # Between hands nothing is there to void or realign: only what can act is offered
+    # (outside review: void_hand was offered, and refused whichever hand it named).
+    assert state["hold"]["allowed"] == ["resume", "void_shoe"]
+    for hand_no, code in ((1, "already_voided"), (2, "unknown_hand")):
+        out = table.cmd("void_hand", hand_no=hand_no, reason="x")
+        assert not out.ok and out.error is not None and out.error.code == code
     table.draw("2D")  # the next hand's burn: that hand is held from its start
     assert table.state["shoe_state"] == "held" and table.state["hand_no"] == 2
+    assert table.state["hold"]["allowed"] == ["resume", "void_hand", "realign", "void_shoe"]
     for card in ["9C", "KD", "QH", "JD"]:  # a player natural: complete
         table.draw(card)
     assert not table.of("hand_result")

@@ -267,7 +267,14 @@ def public_state(config: EngineConfig, state: EngineState) -> dict[str, Any]:
         if shoe.phase == "commencement":  # no hand to void: the shoe is (decisions.md 10)
             allowed = (["realign"] if len(com.cards) > 1 else []) + ["void_shoe"]
         else:
-            allowed = ["void_hand", "realign"]
+            # Only what can act: a hand to void (Engine._cmd_void_hand's hand in progress),
+            # cards to realign (the hand's, or commencement burns while no hand of the
+            # shoe is resolved). Between hands, before the next hand's first card (an
+            # unshuffled hold there), neither has anything to act on (outside review).
+            live = hand is not None and bool(hand.in_progress or hand.cards or hand.holds)
+            allowed = (["void_hand"] if live else []) + (
+                ["realign"] if (hand is not None and hand.cards)
+                or (not shoe.resolved and len(com.cards) > 1) else [])
         if any(r in ENTRY_HOLDS for r in reasons):
             allowed.insert(0, "manual_card")
         if not any(r in UNKNOWN_CARD_HOLDS for r in reasons):
