@@ -95,6 +95,24 @@ def test_events_are_open_strictly_typed_and_tight_where_it_matters(
         assert schema["properties"]["ts"]["format"] == "date-time"
 
 
+def test_every_alarm_code_the_engine_raises_is_among_the_schemas_examples(
+        document: dict[str, Any]) -> None:
+    """The codes are an open list (a pattern, not an enum), but the examples are where an
+    integrator learns them (outside review: shoe_order_suspect was missing)."""
+    import re
+    import typing
+
+    from shoed.core import integrity, view
+
+    source = (ROOT / "shoed/core/engine.py").read_text()
+    raised = set(re.findall(r'_alarm_momentary\(\s*"([a-z_]+)"', source))
+    raised |= set(re.findall(r'_alarm_raise\([^,]+,\s*"([a-z_]+)"', source))
+    raised |= set(typing.get_args(integrity.AlarmKind)) | set(view.ENTRY_HOLDS)
+    assert {"bad_payload", "device_lost", "engine_error", "shoe_order_suspect"} <= raised
+    examples = document["events"]["$defs"]["Alarm"]["properties"]["code"]["examples"]
+    assert raised <= set(examples), sorted(raised - set(examples))
+
+
 def test_the_roads_board_is_open_to_added_fields(document: dict[str, Any]) -> None:
     assert "additionalProperties\": false" not in json.dumps(document["roads"])
     assert "additionalProperties\": false" not in json.dumps(document["results"]["roads"])

@@ -22,7 +22,8 @@ KNOWN_ALARM_CODES: tuple[str, ...] = (
     "card_unread", "foreign_card", "excess_card", "duplicate_uid", "cards_lost",
     "incomplete_pull", "bad_payload", "protocol_mismatch", "device_lost", "device_rebooted",
     "device_fault", "storage_failed", "shoe_loaded_in_play", "cut_card_in_commencement",
-    "card_exposed_during_betting", "shoe_unshuffled", "table_id_conflict",
+    "card_exposed_during_betting", "shoe_unshuffled", "shoe_order_suspect",
+    "table_id_conflict", "engine_error",
 )
 
 ROLES = ("game_server", "auditor", "supervisor")
