@@ -45,6 +45,12 @@ from shoed.store.recorder import Recorder
 
 REPLAY_CHUNK = 200  # events read from the journal at a time while a replay is re-sent
 ANSWER_OVERHEAD = 1024  # bytes of an answer's packet besides its payload (topic, properties)
+# An MQTT 5 response topic and correlation data together are honoured up to this many
+# bytes: within ANSWER_OVERHEAD with the packet's own header and content type. Longer,
+# they could make the answer's packet bigger than the broker takes, and the broker would
+# drop the daemon's connection, again at every redelivery of the unacknowledged command
+# (outside review); such a command is refused `too_large`, nothing applied.
+RESPONSE_PROPERTIES_MAX = 768
 
 
 @dataclass(frozen=True)
@@ -157,7 +163,7 @@ class CommandDesk:
                                       "for a different command; use a new request_id",
                                       name, sender))
             log.info("command_repeated")
-            return Answer(body)
+            return Answer(body, replay=self._page_again(body))
         if incoming.retained:
             log.warning("retained_command_ignored")
             return self._remember(key, refusal(
@@ -203,6 +209,38 @@ class CommandDesk:
         body = self._bounded(answer_body(request_id, name, sender, outputs[0]))
         log.info("command_answered", ok=body["ok"], error=body["error"])
         return Answer(body)
+
+    def _page_again(self, body: dict[str, Any]) -> ReplayPage | None:
+        """A `replay` answered before is re-sent with its page: its answer is remembered
+        before its events go out, and a replay cut short (the daemon stopped or killed,
+        the broker gone) is delivered again; answered from the memory alone, the events
+        it did not send would never come, under an answer that counts them (outside
+        review). Events of the page pruned since are not sent again."""
+        result = body.get("result")
+        if body.get("command") != "replay" or not body.get("ok") or not isinstance(result,
+                                                                                  dict):
+            return None
+        try:
+            return ReplayPage(int(result["from_seq"]), int(result["to_seq"]),
+                              int(result["count"]))
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    def refuse_unanswerable(self, incoming: Incoming, size: int) -> Answer:
+        """A command whose MQTT 5 response topic and correlation data take `size` bytes,
+        more than RESPONSE_PROPERTIES_MAX: refused `too_large`, nothing applied, not
+        remembered (sent again shorter, it is handled)."""
+        parsed = parse_command(incoming.payload, self.limits)
+        self.log.warning("command_rejected", sender=incoming.sender,
+                         request_id=parsed.request_id, code="too_large",
+                         response_properties_bytes=size)
+        return Answer(refusal(
+            parsed.request_id, "too_large",
+            f"the MQTT 5 response topic and correlation data take {size} bytes, more than "
+            f"the {RESPONSE_PROPERTIES_MAX} the daemon honours: the command was not applied "
+            "(send it again with a shorter response topic or correlation data; this answer "
+            "went to your own answer topic)", getattr(parsed, "command", None),
+            incoming.sender))
 
     def _rejected(self, incoming: Incoming, parsed: CommandRejection) -> Answer:
         sender = incoming.sender

@@ -256,8 +256,8 @@ def test_identity_roles_memory_and_bounded_answers(tmp_path: pathlib.Path, secur
                                        for a in pit.answers), 10, "to_seq 2^63 refused")
             assert (await pit.ask(cmd("after-1", "whoami")))["ok"]
 
-            # The auditor replays through its own topic, a page at a time; a repeat re-sends
-            # nothing.
+            # The auditor replays through its own topic, a page at a time; a repeat gets
+            # the original answer, and its page again (decisions.md 186).
             page = await consumer.ask(cmd("rp-1", "replay", from_seq=1, to_seq=12))
             assert page["result"] == {"from_seq": 1, "to_seq": 5, "count": 5,
                                       "next_from_seq": 6}, page
@@ -265,7 +265,7 @@ def test_identity_roles_memory_and_bounded_answers(tmp_path: pathlib.Path, secur
             assert [e["seq"] for e in consumer.on("replay")] == [1, 2, 3, 4, 5]
             assert await consumer.ask(cmd("rp-1", "replay", from_seq=1, to_seq=12)) == page
             await asyncio.sleep(0.3)
-            assert len(consumer.on("replay")) == 5
+            assert [e["seq"] for e in consumer.on("replay")] == [1, 2, 3, 4, 5] * 2
             forbidden = await game.ask(cmd("rp-g", "replay", from_seq=1))
             assert forbidden["error"]["code"] == "forbidden"
 
@@ -444,7 +444,7 @@ def test_a_stopped_daemon_says_offline_last(tmp_path: pathlib.Path, secure,
     async def publish(self: aiomqtt.Client, topic: Any, payload: Any = None, *a: Any,
                       **kw: Any) -> Any:
         sending = real(self, topic, payload, *a, **kw)
-        if str(topic) == f"{T}/status" and payload == json.dumps({"online": False}):
+        if str(topic) == f"{T}/status" and '"online": false' in str(payload):
             daemons[0].status.changed()  # wakes the retained refresher
         return await sending
 
@@ -520,3 +520,93 @@ def test_a_command_survives_a_broker_restart(tmp_path: pathlib.Path, protocol: s
         asyncio.run(main())
     finally:
         broker.stop()
+
+
+def test_response_properties_too_long_are_refused_and_a_repeated_replay_is_sent_again(
+        tmp_path: pathlib.Path, secure) -> None:
+    """Outside review of issue 16:
+    - a command whose MQTT 5 response topic and correlation data would make its answer
+      bigger than the broker's packet limit (64 KiB here) made Mosquitto drop the
+      daemon, at every redelivery: it is refused `too_large` on the sender's own answer
+      topic, nothing applied, the connection kept, and the next command answered;
+    - a `replay` answered from the memory (its first delivery cut short by a stop or a
+      kill, and delivered again) re-sends its page, not the answer alone."""
+    broker, pki = secure
+
+    async def main() -> None:
+        async with User("pit-supervisor-1", broker, pki) as pit, \
+                User("consumer", broker, pki, everything=True) as consumer, \
+                table(tmp_path, broker, pki, replay={"max_events": 5}) as r:
+            daemon = r.daemon
+            await wait_for(lambda: daemon.status.mqtt_connected, 15, "daemon connected")
+            await wait_for(lambda: len(consumer.on("events")) >= 8, 30, "events dealt")
+            connects = daemon.mqtt.connects
+            for name, value in (("ResponseTopic",
+                                 f"{T}/cmd/response/pit-supervisor-1/" + "x" * 65_000),
+                                ("CorrelationData", b"c" * 65_000)):
+                props = Properties(PacketTypes.PUBLISH)
+                setattr(props, name, value)
+                request_id = f"long-{name}"
+                await pit.send(cmd(request_id, "void_shoe", reason="x"), properties=props)
+                await wait_for(lambda rid=request_id: pit.of(rid), 10, f"the answer ({name})")
+                (answer,) = pit.of(request_id)
+                assert answer["error"]["code"] == "too_large", answer
+                assert "response topic and correlation data" in answer["error"]["message"]
+                message = next(m for m in pit.messages
+                               if request_id.encode() in m.payload)  # type: ignore[operator]
+                assert str(message.topic) == f"{T}/cmd/response/pit-supervisor-1"
+            assert (await pit.ask(cmd("after-long", "whoami")))["ok"]
+            await asyncio.sleep(0.5)
+            assert daemon.mqtt.connects == connects  # never dropped by the broker
+            assert not any(e["type"] == "shoe_voided" for e in consumer.on("events"))
+            # Sent again shorter, the same request_id is handled (it was not remembered).
+            short = await pit.ask(cmd("long-ResponseTopic", "whoami"))
+            assert short["ok"], short
+
+            page = await consumer.ask(cmd("rp-again", "replay", from_seq=1, to_seq=3))
+            assert page["result"]["count"] == 3, page
+            await wait_for(lambda: len(consumer.on("replay")) == 3, 10, "3 replayed")
+            again = await consumer.ask(cmd("rp-again", "replay", from_seq=1, to_seq=3))
+            assert again == page
+            await wait_for(lambda: len(consumer.on("replay")) == 6, 10, "3 replayed again")
+            assert [e["seq"] for e in consumer.on("replay")] == [1, 2, 3, 1, 2, 3]
+
+    asyncio.run(main())
+
+
+def test_the_will_carries_the_content_type_and_says_which_daemon_went_offline(
+        tmp_path: pathlib.Path, secure) -> None:
+    """The connection lost without a DISCONNECT: the broker publishes the will, which is
+    JSON like everything the daemon publishes (content type and format indicator under
+    MQTT 5) and names the table, the journal's instance and the run (outside review: it
+    carried `{"online": false}` and no properties)."""
+    import socket
+
+    broker, pki = secure
+
+    async def main() -> None:
+        async with User("consumer", broker, pki, everything=True) as consumer, \
+                table(tmp_path, broker, pki) as r:
+            daemon = r.daemon
+            await wait_for(lambda: daemon.status.mqtt_connected, 15, "connected")
+            connects = daemon.mqtt.connects
+            paho = daemon.mqtt.client._client  # type: ignore[union-attr]
+            paho.socket().shutdown(socket.SHUT_RDWR)  # no DISCONNECT: the will goes out
+            ours = daemon.status.run_id.encode()
+
+            def wills() -> list[aiomqtt.Message]:
+                return [m for m in consumer.messages if str(m.topic) == f"{T}/status"
+                        and b'"online": false' in m.payload  # type: ignore[operator]
+                        and ours in m.payload]  # type: ignore[operator]
+
+            await wait_for(wills, 15, "the will")
+            will = wills()[0]
+            body = json.loads(will.payload)  # type: ignore[arg-type]
+            assert body == {"online": False, "table_id": "T9",
+                            "instance": daemon.status.instance,
+                            "run_id": daemon.status.run_id}, body
+            assert will.properties.ContentType == "application/json"  # type: ignore[union-attr]
+            assert will.properties.PayloadFormatIndicator == 1  # type: ignore[union-attr]
+            await wait_for(lambda: daemon.mqtt.connects > connects, 15, "reconnected")
+
+    asyncio.run(main())

@@ -33,7 +33,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from shoed.core.commands import ANONYMOUS
-from shoed.desk import Answer, CommandDesk, Incoming, ReplayPage
+from shoed.desk import RESPONSE_PROPERTIES_MAX, Answer, CommandDesk, Incoming, ReplayPage
 from shoed.errors import PublishRefused
 from shoed.mqtt.reads import read_buffered
 from shoed.mqtt.window import PublishWindow, publish_once
@@ -96,6 +96,14 @@ def publish_properties(content_type: str = "application/json",
     props.PayloadFormatIndicator = 1  # UTF-8 text
     if correlation is not None:
         props.CorrelationData = correlation
+    return props
+
+
+def will_properties() -> Properties:
+    """The MQTT 5 will's properties: the content type and format of every publish."""
+    props = Properties(PacketTypes.WILLMESSAGE)  # type: ignore[no-untyped-call]
+    props.ContentType = "application/json"
+    props.PayloadFormatIndicator = 1
     return props
 
 
@@ -165,11 +173,19 @@ class Inbox:
             expiry = getattr(props, "MessageExpiryInterval", None) if self.v5 else None
             arrived = getattr(message, "arrived", None)
             waited = max(0.0, time.monotonic() - arrived) if arrived is not None else 0.0
-            answer = self.desk.handle(Incoming(payload, sender, bool(message.retain),
-                                               float(expiry) if expiry is not None else None,
-                                               waited))
+            incoming = Incoming(payload, sender, bool(message.retain),
+                                float(expiry) if expiry is not None else None, waited)
             asked = getattr(props, "ResponseTopic", None) if self.v5 else None
             correlation = getattr(props, "CorrelationData", None) if self.v5 else None
+            size = len(asked.encode()) if asked else 0
+            size += len(correlation) if correlation is not None else 0
+            if size > RESPONSE_PROPERTIES_MAX:
+                # Answered on the sender's own topic, without them (desk.py).
+                asked = correlation = None
+                answer = self.desk.handle(incoming) if incoming.retained else \
+                    self.desk.refuse_unanswerable(incoming, size)
+            else:
+                answer = self.desk.handle(incoming)
             topic = self.answer_topic(sender, asked)
             if asked and topic != asked:
                 self.log.warning("response_topic_refused", sender=sender, asked=asked,
