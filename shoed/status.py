@@ -86,6 +86,12 @@ class TableStatus:
             "clock_synchronised": synced, "warnings": warnings, "ts": time.time(),
         }
 
+    def offline_payload(self) -> dict[str, Any]:
+        """The `{root}/status` body of a daemon gone offline: its will (published by the
+        broker when the connection is lost) and its farewell (when it stops)."""
+        return {"online": False, "table_id": self.table_id, "instance": self.instance,
+                "run_id": self.run_id}
+
     def line(self) -> str:
         """systemd's STATUS= text: every part, one line."""
         broker = (f"connected ({self.broker_url})" if self.broker_url else "connected") \

@@ -192,7 +192,10 @@ def document() -> dict[str, Any]:
                 "bindings": {"mqtt": {
                     "cleanSession": False, "keepAlive": 30, "bindingVersion": MQTT_BINDING,
                     "lastWill": {"topic": "{root}/status", "qos": 1, "retain": True,
-                                 "message": json.dumps({"online": False})}}}},
+                                 "message": json.dumps({
+                                     "online": False, "table_id": "T01",
+                                     "instance": "<the journal's instance>",
+                                     "run_id": "<the run that went offline>"})}}}},
             "demo": {"host": "127.0.0.1:1883", "protocol": "mqtt", "protocolVersion": "5",
                      "description": "`shoed demo`'s private Mosquitto (anonymous, loopback)"},
         },

@@ -63,6 +63,10 @@ class Will(_Open):
     (the MQTT will), and as the daemon publishes it when it stops."""
 
     online: Literal[False]
+    table_id: str | None = None
+    instance: str | None = Field(default=None, description="the journal's identity")
+    run_id: str | None = Field(default=None, description="the run of the daemon that went "
+                               "offline")
 
 
 class Device(_Open):

@@ -51,7 +51,13 @@ from shoed.mqtt.claim import (
     check_root,
     side_connection_args,
 )
-from shoed.mqtt.inbox import REPLAY_IN_FLIGHT, Inbox, StampedQueue, publish_properties
+from shoed.mqtt.inbox import (
+    REPLAY_IN_FLIGHT,
+    Inbox,
+    StampedQueue,
+    publish_properties,
+    will_properties,
+)
 from shoed.mqtt.reads import read_buffered
 from shoed.mqtt.window import PublishWindow, publish_once
 from shoed.mqtt.writes import ack_at_once, send_when_queued
@@ -133,8 +139,10 @@ class MqttService:
             "identifier": mqtt.client_id or f"shoed-{self.settings.table.id}",
             "protocol": aiomqtt.ProtocolVersion.V5 if mqtt.protocol == "5"
             else aiomqtt.ProtocolVersion.V311,
-            "will": aiomqtt.Will(f"{self.root}/status", json.dumps({"online": False}),
-                                 qos=1, retain=True),
+            "will": aiomqtt.Will(f"{self.root}/status",
+                                 json.dumps(self.status.offline_payload()), qos=1, retain=True,
+                                 properties=will_properties() if mqtt.protocol == "5"
+                                 else None),
             # The CONNACK wait and the other operations without their own timeout.
             "timeout": min(mqtt.publish_timeout_s, CONNECT_TIMEOUT_S),
             # Command answers can go out while an event awaits its PUBACK: without
@@ -280,8 +288,9 @@ class MqttService:
         in-flight slot), written at once (send_when_queued). On a dead socket this goes
         nowhere, and the broker publishes the will itself."""
         with contextlib.suppress(Exception):
-            client._client.publish(f"{self.root}/status", json.dumps({"online": False}),
-                                   0, True, self._props)
+            client._client.publish(f"{self.root}/status",
+                                   json.dumps(self.status.offline_payload()), 0, True,
+                                   self._props)
 
     def _takeover_evidence(self) -> str | None:
         """Why a connection that ended was taken over by another client, or None."""
@@ -523,7 +532,7 @@ class MqttService:
 
     async def _publish_status_topics(self, client: aiomqtt.Client) -> None:
         """The retained topics that are not snapshots of the stream (`status`, `device`).
-        None once stopping: farewell's `{"online": false}` is the last word on `status`
+        None once stopping: farewell's `{"online": false, ...}` is the last word on `status`
         (a republish due meanwhile, the 2-s one or the 30-s one, came after it and left
         a stopped daemon `online: true`)."""
         for leaf, body in self.retained.items():
@@ -568,7 +577,8 @@ class MqttService:
         left = self.settings.mqtt.publish_timeout_s - (loop.time() - started)
         if client is not None:
             with contextlib.suppress(Exception):
-                await client.publish(f"{self.root}/status", json.dumps({"online": False}),
+                await client.publish(f"{self.root}/status",
+                                     json.dumps(self.status.offline_payload()),
                                      qos=1, retain=True, timeout=max(left, 0.1),
                                      properties=self._props)
 
