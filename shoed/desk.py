@@ -305,8 +305,8 @@ class CommandDesk:
                            (f"expected from_seq..to_seq within {first}..{last}, "
                             f"got {command.from_seq}..{command.to_seq or 'the newest'}"
                             if first else "the journal holds no event yet"),
-                           "replay", sender,
-                           first_seq=first, last_seq=last)  # 0, 0: no event held
+                           "replay", sender, first_seq=first, last_seq=last,  # 0, 0: none
+                           instance=journal.instance_id)
         else:
             # The journal's events are one gapless run (Journal.prune drops only the
             # oldest run), so the page is counted from its ends, not row by row (that
@@ -315,7 +315,8 @@ class CommandDesk:
             page = ReplayPage(command.from_seq, end, end - command.from_seq + 1)
             body = success(command.request_id, "replay", sender, {
                 "from_seq": command.from_seq, "to_seq": end, "count": page.count,
-                "next_from_seq": end + 1 if end < to_seq else None})
+                "next_from_seq": end + 1 if end < to_seq else None,
+                "instance": journal.instance_id})
         answer = self._remember(key, body)
         answer.replay = page
         return answer

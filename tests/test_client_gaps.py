@@ -16,6 +16,7 @@ from kit import asynctest, stop_tasks
 from rig import wait_for
 
 from shoed.client import TableFeed
+from shoed.client.cursor import Cursor, MemoryCursorStore
 
 pytestmark = [pytest.mark.broker, pytest.mark.timeout(60)]
 ROOT = "shoed/T8"
@@ -65,8 +66,8 @@ class ScriptedDaemon:
         end = to_seq or last
         if not held or from_seq < first or from_seq > last:
             answer = {"ok": False, "error": {"code": "out_of_range", "message": (
-                f"expected from_seq..to_seq within {first}..{last}, got {from_seq}..{to_seq}")},
-                "result": None}
+                f"expected from_seq..to_seq within {first}..{last}, got {from_seq}..{to_seq}"),
+                "instance": self.instance}, "result": None}
         else:
             chosen = [e for e in held if from_seq <= e["seq"] <= end][: self.page]
             for e in chosen:
@@ -74,7 +75,8 @@ class ScriptedDaemon:
             sent_to = chosen[-1]["seq"]
             answer = {"ok": True, "error": None, "result": {
                 "from_seq": from_seq, "to_seq": sent_to, "count": len(chosen),
-                "next_from_seq": sent_to + 1 if sent_to < end else None}}
+                "next_from_seq": sent_to + 1 if sent_to < end else None,
+                "instance": self.instance}}
         await self.client.publish(f"{ROOT}/cmd/response", json.dumps(
             {"request_id": cmd["request_id"], "command": "replay", **answer}), qos=1)
 
@@ -164,6 +166,65 @@ async def test_new_instance_restarts_at_seq_1_and_replay_pages(broker: Any) -> N
         await daemon.client.publish(f"{ROOT}/events", json.dumps(event(8)), qos=1)
         await asyncio.sleep(0.5)
         assert len(got) == 11 and feed.instance == "bbbb0002"
+    finally:
+        await stop_tasks(consumer, runner)
+
+
+@asynctest
+async def test_a_stale_retained_state_of_an_old_journal_does_not_retire_the_live_one(
+        broker: Any) -> None:
+    """A broker back from its persistence file may hold the `state` of a journal replaced
+    since (outside review: the feed took it for a new journal, retired the live one and
+    dropped every event after, for good). Retained, it is only a reason to ask: the
+    replayed events name the live journal, and the feed goes on from its cursor."""
+    daemon = ScriptedDaemon(broker.port)
+    runner = asyncio.create_task(daemon.run())
+    await daemon.started(runner)
+    daemon.instance = "bbbb0002"  # the live journal
+    for seq in range(1, 6):
+        await daemon.emit(seq, publish=False)
+    await daemon.state(70, "aaaa0001")  # retained by the broker, of the old journal
+    store = MemoryCursorStore()
+    await store.save("T8", Cursor("bbbb0002", 3))
+    got: list[dict[str, Any]] = []
+    feed = TableFeed(broker.url, "T8", cursor_store=store, grace_s=0.3)
+    consumer = asyncio.create_task(_collect(feed, got))
+    try:
+        await wait_for(lambda: len(got) == 2, 10, "4 and 5 of the live journal")
+        await daemon.emit(6)
+        await wait_for(lambda: len(got) == 3, 10, "a live event after it")
+        assert [(e["instance"], e["seq"]) for e in got] == [
+            ("bbbb0002", 4), ("bbbb0002", 5), ("bbbb0002", 6)]
+        assert feed.instance == "bbbb0002" and feed.stats["instances"] == 0
+        assert "aaaa0001" not in feed.retired and not feed.lost
+    finally:
+        await stop_tasks(consumer, runner)
+
+
+@asynctest
+async def test_a_retained_state_of_a_new_idle_journal_is_confirmed_by_the_daemon(
+        broker: Any) -> None:
+    """The other way round: the cursor is in the old journal, the daemon runs a new one
+    with fewer events and deals nothing. The retained state names it; the probe's answer
+    (`out_of_range`, naming the live journal) confirms it, and the new journal is read
+    from seq 1."""
+    daemon = ScriptedDaemon(broker.port)
+    runner = asyncio.create_task(daemon.run())
+    await daemon.started(runner)
+    daemon.instance = "bbbb0002"
+    for seq in range(1, 6):
+        await daemon.emit(seq, publish=False)
+    await daemon.state(5, "bbbb0002")
+    store = MemoryCursorStore()
+    await store.save("T8", Cursor("aaaa0001", 40))
+    got: list[dict[str, Any]] = []
+    feed = TableFeed(broker.url, "T8", cursor_store=store, grace_s=0.3)
+    consumer = asyncio.create_task(_collect(feed, got))
+    try:
+        await wait_for(lambda: len(got) == 5, 10, "the new journal from seq 1")
+        assert [(e["instance"], e["seq"]) for e in got] == [
+            ("bbbb0002", s) for s in range(1, 6)]
+        assert feed.instance == "bbbb0002" and "aaaa0001" in feed.retired
     finally:
         await stop_tasks(consumer, runner)
 

@@ -260,7 +260,8 @@ def test_identity_roles_memory_and_bounded_answers(tmp_path: pathlib.Path, secur
             # the original answer, and its page again (decisions.md 186).
             page = await consumer.ask(cmd("rp-1", "replay", from_seq=1, to_seq=12))
             assert page["result"] == {"from_seq": 1, "to_seq": 5, "count": 5,
-                                      "next_from_seq": 6}, page
+                                      "next_from_seq": 6,
+                                      "instance": daemon.status.instance}, page
             await wait_for(lambda: len(consumer.on("replay")) == 5, 10, "5 replayed")
             assert [e["seq"] for e in consumer.on("replay")] == [1, 2, 3, 4, 5]
             assert await consumer.ask(cmd("rp-1", "replay", from_seq=1, to_seq=12)) == page

@@ -171,7 +171,8 @@ class TableConnection:
                     await self.on_connect()
                     async for message in client.messages:
                         try:
-                            self._dispatch(str(message.topic), message.payload)
+                            self._dispatch(str(message.topic), message.payload,
+                                           bool(message.retain))
                         except Exception:  # one bad message must not stop the feed
                             log.exception("client_message_failed", table=self.table,
                                           topic=str(message.topic))
@@ -200,7 +201,7 @@ class TableConnection:
     async def on_connect(self) -> None:
         """Called after each (re)connect and subscribe."""
 
-    def _dispatch(self, topic: str, payload: Any) -> None:
+    def _dispatch(self, topic: str, payload: Any, retained: bool = False) -> None:
         try:
             data = json.loads(payload) if payload else None
         except ValueError:
@@ -208,9 +209,11 @@ class TableConnection:
             return
         if not isinstance(data, dict):
             return
-        self.on_message(topic, data)
+        self.on_message(topic, data, retained)
 
-    def on_message(self, topic: str, data: dict[str, Any]) -> None:
+    def on_message(self, topic: str, data: dict[str, Any], retained: bool = False) -> None:
+        """One message; `retained`: delivered from the broker's store of retained
+        messages (on subscribing), not as it was published."""
         if topic == self.response_topic:
             future = self._pending.get(str(data.get("request_id")))
             if future is not None and not future.done():
@@ -335,16 +338,16 @@ class TableFeed(TableConnection):
 
     # -- the stream -------------------------------------------------------------------------
 
-    def on_message(self, topic: str, data: dict[str, Any]) -> None:
+    def on_message(self, topic: str, data: dict[str, Any], retained: bool = False) -> None:
         leaf = topic[len(self.root) + 1:]
         if leaf in ("events", "replay"):
             self._take_event(data)
         elif leaf == "state":
-            self._take_state(data)
+            self._take_state(data, retained)
         else:
-            super().on_message(topic, data)
+            super().on_message(topic, data, retained)
 
-    def _take_state(self, state: dict[str, Any]) -> None:
+    def _take_state(self, state: dict[str, Any], retained: bool = False) -> None:
         seq = state.get("seq")
         if not isinstance(seq, int):
             return
@@ -353,6 +356,19 @@ class TableFeed(TableConnection):
             instance = instance_of({"instance": instance})
             if self.instance is not None and instance != self.instance:
                 if instance in self.retired:
+                    return
+                if retained and self.next_seq is not None:
+                    # From the broker's store: maybe older than the stream (a broker back
+                    # from its persistence file keeps the `state` of a journal replaced
+                    # since). Not taken for a new journal on its word: the daemon is asked
+                    # (a replay probe past the cursor); the events it replays, or its
+                    # answer's `instance`, name the live journal (outside review: a stale
+                    # retained state retired the live journal for good).
+                    log.info("client_retained_state_of_another_instance", table=self.table,
+                             current=self.instance, retained=instance,
+                             action="asking the daemon which journal is live")
+                    self._head = max(self._head, self.next_seq)
+                    self._schedule_gap(0.0)
                     return
                 self._new_instance(instance)
             elif self.instance is None and self.next_seq is None:
@@ -446,6 +462,16 @@ class TableFeed(TableConnection):
                 continue
             if instance is not None and instance != self.instance:
                 continue  # a new journal meanwhile: its own gaps are computed afresh
+            named = (answer.get("result") or answer.get("error") or {}).get("instance")
+            if isinstance(named, str) and named and self.instance is not None \
+                    and named != self.instance and named not in self.retired:
+                self._new_instance(named)  # the daemon's live journal is another
+                held = _held_range(answer.get("error") or {})
+                result = answer.get("result") or {}
+                ends = [v for v in (held[1] if held else None, result.get("to_seq"))
+                        if isinstance(v, int)]
+                self._head = max([self._head, *ends])  # what it holds: read from seq 1
+                continue
             if not answer.get("ok"):
                 code = (answer.get("error") or {}).get("code")
                 if code != "out_of_range":

@@ -98,6 +98,8 @@ class CommandError(BaseModel):
                                   "(0 with `last_seq` 0 when it holds none)")
     last_seq: int | None = Field(
         default=None, description="`out_of_range`: the last event the journal holds")
+    instance: str | None = Field(
+        default=None, description="`out_of_range`: the journal those seqs count in")
 
 
 class Answer(_Open):
@@ -173,6 +175,9 @@ class ReplayResult(_Open):
     count: int
     next_from_seq: int | None = Field(
         default=None, description="where the next replay goes on; null when all was sent")
+    instance: str | None = Field(
+        default=None, description="the journal the seqs count in (the daemon's current "
+                                  "one: a consumer learns from it which journal is live)")
 
 
 class AckAlarmResult(_Open):
