@@ -35,6 +35,7 @@ from shoed.core.commands import (
     Replay,
     Role,
     fingerprint,
+    ignored_fields,
     parse_command,
 )
 from shoed.core.engine import Output
@@ -125,7 +126,7 @@ class CommandDesk:
         incoming = payload if isinstance(payload, Incoming) else Incoming(payload)
         self.handled += 1
         try:
-            return self._handle(incoming)
+            answer = self._handle(incoming)
         except Exception as error:
             parsed = parse_command(incoming.payload, self.limits)
             self.log.exception("command_failed", sender=incoming.sender,
@@ -137,6 +138,12 @@ class CommandDesk:
                                   "nothing was applied unless the journal says so: see the "
                                   "daemon's log", getattr(parsed, "command", None),
                                   incoming.sender))
+        if answer.body is not None and (ignored := ignored_fields(incoming.payload)):
+            # Said in the answer, not remembered with it (decisions.md 187).
+            answer.body = {**answer.body, "ignored_fields": ignored}
+            self.log.warning("command_fields_ignored", sender=incoming.sender,
+                             request_id=answer.body.get("request_id"), fields=ignored)
+        return answer
 
     # -- the steps ------------------------------------------------------------------------
 

@@ -267,6 +267,10 @@ def test_identity_roles_memory_and_bounded_answers(tmp_path: pathlib.Path, secur
             assert await consumer.ask(cmd("rp-1", "replay", from_seq=1, to_seq=12)) == page
             await asyncio.sleep(0.3)
             assert [e["seq"] for e in consumer.on("replay")] == [1, 2, 3, 4, 5] * 2
+            # A misspelt field is ignored, and the answer names it (decisions.md 187).
+            typo = await consumer.ask(cmd("rp-typo", "replay", from_seq=1, to_sq=2))
+            assert typo["ok"] and typo["ignored_fields"] == ["to_sq"], typo
+            assert "ignored_fields" not in page
             forbidden = await game.ask(cmd("rp-g", "replay", from_seq=1))
             assert forbidden["error"]["code"] == "forbidden"
 

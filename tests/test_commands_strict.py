@@ -160,3 +160,17 @@ def test_any_repeated_key_is_refused(fields: dict[str, int], data: st.DataObject
     result = parse_command(doubled)
     assert isinstance(result, CommandRejection)
     assert result.code == "invalid_json"
+
+
+def test_ignored_fields_names_what_the_command_does_not_take() -> None:
+    from shoed.core.commands import ignored_fields
+
+    assert ignored_fields('{"request_id": "r", "command": "replay", "operator": "o", '
+                          '"from_seq": 1, "to_sq": 2}') == ["to_sq"]
+    assert ignored_fields('{"request_id": "r", "command": "whoami", "operator": "o"}') == []
+    assert ignored_fields('{"command": "nope", "x": 1}') == []  # unknown command: its error
+    assert ignored_fields("[1, 2]") == [] and ignored_fields("not json") == []
+    many = {"request_id": "r", "command": "whoami", "operator": "o",
+            **{f"{'k' * 80}{i:02}": 1 for i in range(30)}}
+    names = ignored_fields(json.dumps(many))
+    assert len(names) == 20 and all(len(n) == 60 for n in names)

@@ -42,7 +42,9 @@ def _schema_table(name: str, schema: dict[str, Any]) -> list[str]:
         lines += [f"Type: {_type_of(schema)}", ""]
         return lines
     closed = schema.get("additionalProperties") is False
-    lines += ["Closed: unknown fields are refused." if closed
+    lines += ["Closed in the schema: a sender that validates against it catches a "
+              "misspelt field. The daemon itself ignores a field it does not take and names "
+              "it in the answer's `ignored_fields` (decisions.md 84, 187)." if closed
               else "Open: consumers ignore fields they do not know.", ""]
     lines += ["| field | type | required | notes |", "|---|---|---|---|"]
     required = set(schema.get("required", []))

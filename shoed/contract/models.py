@@ -110,6 +110,10 @@ class Answer(_Open):
     command: str | None = Field(default=None, description="echoes the command's name")
     error: CommandError | None
     result: Any
+    ignored_fields: list[str] | None = Field(
+        default=None, description="top-level fields the command does not take: ignored "
+                                  "(fields are added over time), named so that a misspelt "
+                                  "one is noticed; absent when there are none")
 
 
 # -- the `result` of each command (open objects) ------------------------------------------

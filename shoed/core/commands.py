@@ -155,6 +155,25 @@ def command_name(cls: type[CommandBase]) -> str:
 
 
 COMMAND_NAMES = frozenset(command_name(cls) for cls in COMMAND_CLASSES)
+_FIELDS = {command_name(cls): frozenset(cls.model_fields) for cls in COMMAND_CLASSES}
+
+
+def ignored_fields(payload: bytes | str) -> list[str]:
+    """The top-level fields of a command that its command does not take (ignored, as
+    mqtt-api.md lets fields be added over time; an answer names them, so that a misspelt
+    `to_sq` does not pass unnoticed). [] for anything that is not such an object."""
+    try:
+        data = json.loads(payload)
+    except (ValueError, RecursionError):
+        return []
+    if not isinstance(data, dict):
+        return []
+    name = data.get("command")
+    known = _FIELDS.get(name) if isinstance(name, str) else None
+    if known is None:
+        return []
+    # At most 20 names of at most 60 characters: the answer stays within its bound.
+    return sorted(k[:60] for k in data if k not in known)[:20]
 #: Commands that only read: answered, never recorded as a supervisor_action.
 READ_ONLY_COMMANDS = frozenset({"recall", "replay", "roads", "whoami"})
 #: Commands the shell answers itself: `replay` reads the journal, `whoami` the sender.
