@@ -294,8 +294,9 @@ def build_parser() -> argparse.ArgumentParser:
     tail_.add_argument("--table", required=True, type=table_id,
                        help="table id (topic root shoed/<id>)")
     tail_.add_argument("--from-seq", type=number(int, 1, 2**53 - 1), default=None,
-                       help="start at this seq of the current instance (default: the "
-                            "stored cursor, else what arrives now)")
+                       help="start at this seq of the current instance, when --cursor "
+                            "holds no cursor yet (a stored cursor wins, with a warning; "
+                            "default: the stored cursor, else what arrives now)")
     tail_.add_argument("--json", action="store_true", help="one JSON event per line")
     tail_.add_argument("--cursor", type=pathlib.Path, default=None,
                        help="SQLite cursor file (default: none; --from-seq or live)")

@@ -294,3 +294,20 @@ def test_a_closing_feed_starts_no_gap_task_while_it_waits_for_the_last_one(
         assert feed._gap_task is None
         assert [t for t in asyncio.all_tasks() if t is not asyncio.current_task()] == []
     asyncio.run(main())
+
+
+@asynctest
+async def test_a_stored_cursor_wins_over_from_seq_and_says_so(broker: Any) -> None:
+    """`shoed tail --cursor F --from-seq N` with a cursor in F: the cursor wins, and a
+    warning says that --from-seq was not used (outside review: silently ignored)."""
+    from structlog.testing import capture_logs
+
+    store = MemoryCursorStore()
+    await store.save("T8", Cursor("aaaa0001", 40))
+    feed = TableFeed(broker.url, "T8", cursor_store=store, from_seq=10)
+    with capture_logs() as logs:
+        async with feed:
+            pass
+    assert feed.next_seq == 41
+    (warning,) = [e for e in logs if e["event"] == "client_from_seq_ignored"]
+    assert (warning["from_seq"], warning["cursor_seq"]) == (10, 40)

@@ -313,6 +313,11 @@ class TableFeed(TableConnection):
             if cursor is not None:
                 self.instance, self.next_seq = cursor.instance, cursor.seq + 1
                 self._head = cursor.seq
+                if self.from_seq is not None:  # the stored cursor wins: said, not silent
+                    log.warning("client_from_seq_ignored", table=self.table,
+                                from_seq=self.from_seq, cursor_instance=cursor.instance,
+                                cursor_seq=cursor.seq,
+                                action=f"going on from the stored cursor, seq {cursor.seq + 1}")
             elif self.from_seq is not None:
                 self.next_seq = self.from_seq
                 self._head = self.from_seq - 1
