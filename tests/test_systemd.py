@@ -47,6 +47,22 @@ def test_unit_verifies(tmp_path: pathlib.Path) -> None:
     assert not problems, problems
 
 
+@needs_analyze
+def test_the_sink_unit_verifies_and_restarts_always(tmp_path: pathlib.Path) -> None:
+    """The sink exits when it loses its database (integrating.md section 5): its unit
+    starts it again."""
+    text = (ROOT / "systemd" / "shoed-sink.service").read_text()
+    assert "Restart=always" in text
+    installed = pathlib.Path(sys.executable).parent / "shoed"
+    unit = tmp_path / "shoed-sink.service"
+    unit.write_text(text.replace("/opt/shoed/venv/bin/shoed", str(installed)))
+    done = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True,
+                          text=True)
+    problems = [line for line in (done.stdout + done.stderr).splitlines()
+                if "shoed-sink.service" in line and "is not executable" not in line]
+    assert not problems, problems
+
+
 def test_udev_rule_names_the_spec_ids() -> None:
     rules = (ROOT / "systemd" / "99-shoed.rules").read_text()
     assert 'ATTR{idVendor}=="1209"' in rules and 'ATTR{idProduct}=="bac0"' in rules
