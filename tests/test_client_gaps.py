@@ -170,6 +170,26 @@ async def test_new_instance_restarts_at_seq_1_and_replay_pages(broker: Any) -> N
         await stop_tasks(consumer, runner)
 
 
+async def _journal_behind_a_retained_state(
+        broker: Any, retained: tuple[int, str], cursor: Cursor
+) -> tuple[ScriptedDaemon, asyncio.Task[None], TableFeed, list[dict[str, Any]],
+           asyncio.Task[None]]:
+    """A scripted daemon on journal bbbb0002 holding 1..5 (none published live), the
+    broker retaining a `state` (seq, instance), and a feed started from `cursor`."""
+    daemon = ScriptedDaemon(broker.port)
+    runner = asyncio.create_task(daemon.run())
+    await daemon.started(runner)
+    daemon.instance = "bbbb0002"
+    for seq in range(1, 6):
+        await daemon.emit(seq, publish=False)
+    await daemon.state(*retained)
+    store = MemoryCursorStore()
+    await store.save("T8", cursor)
+    got: list[dict[str, Any]] = []
+    feed = TableFeed(broker.url, "T8", cursor_store=store, grace_s=0.3)
+    return daemon, runner, feed, got, asyncio.create_task(_collect(feed, got))
+
+
 @asynctest
 async def test_a_stale_retained_state_of_an_old_journal_does_not_retire_the_live_one(
         broker: Any) -> None:
@@ -177,18 +197,9 @@ async def test_a_stale_retained_state_of_an_old_journal_does_not_retire_the_live
     since (outside review: the feed took it for a new journal, retired the live one and
     dropped every event after, for good). Retained, it is only a reason to ask: the
     replayed events name the live journal, and the feed goes on from its cursor."""
-    daemon = ScriptedDaemon(broker.port)
-    runner = asyncio.create_task(daemon.run())
-    await daemon.started(runner)
-    daemon.instance = "bbbb0002"  # the live journal
-    for seq in range(1, 6):
-        await daemon.emit(seq, publish=False)
-    await daemon.state(70, "aaaa0001")  # retained by the broker, of the old journal
-    store = MemoryCursorStore()
-    await store.save("T8", Cursor("bbbb0002", 3))
-    got: list[dict[str, Any]] = []
-    feed = TableFeed(broker.url, "T8", cursor_store=store, grace_s=0.3)
-    consumer = asyncio.create_task(_collect(feed, got))
+    # the live journal bbbb0002 (1..5); retained by the broker: the old journal's state
+    daemon, runner, feed, got, consumer = await _journal_behind_a_retained_state(
+        broker, retained=(70, "aaaa0001"), cursor=Cursor("bbbb0002", 3))
     try:
         await wait_for(lambda: len(got) == 2, 10, "4 and 5 of the live journal")
         await daemon.emit(6)
@@ -208,18 +219,8 @@ async def test_a_retained_state_of_a_new_idle_journal_is_confirmed_by_the_daemon
     with fewer events and deals nothing. The retained state names it; the probe's answer
     (`out_of_range`, naming the live journal) confirms it, and the new journal is read
     from seq 1."""
-    daemon = ScriptedDaemon(broker.port)
-    runner = asyncio.create_task(daemon.run())
-    await daemon.started(runner)
-    daemon.instance = "bbbb0002"
-    for seq in range(1, 6):
-        await daemon.emit(seq, publish=False)
-    await daemon.state(5, "bbbb0002")
-    store = MemoryCursorStore()
-    await store.save("T8", Cursor("aaaa0001", 40))
-    got: list[dict[str, Any]] = []
-    feed = TableFeed(broker.url, "T8", cursor_store=store, grace_s=0.3)
-    consumer = asyncio.create_task(_collect(feed, got))
+    _daemon, runner, feed, got, consumer = await _journal_behind_a_retained_state(
+        broker, retained=(5, "bbbb0002"), cursor=Cursor("aaaa0001", 40))
     try:
         await wait_for(lambda: len(got) == 5, 10, "the new journal from seq 1")
         assert [(e["instance"], e["seq"]) for e in got] == [
