@@ -26,6 +26,7 @@ from shoed.config import Settings
 from shoed.core.commands import (
     ANONYMOUS,
     DEFAULT_LIMITS,
+    IGNORED_FIELDS_MAX_BYTES,
     ROLE_COMMANDS,
     ROLES,
     SHELL_COMMANDS,
@@ -138,7 +139,8 @@ class CommandDesk:
                                   "nothing was applied unless the journal says so: see the "
                                   "daemon's log", getattr(parsed, "command", None),
                                   incoming.sender))
-        if answer.body is not None and (ignored := ignored_fields(incoming.payload)):
+        if answer.body is not None and (ignored := ignored_fields(incoming.payload,
+                                                                   self.limits)):
             # Said in the answer, not remembered with it (decisions.md 187).
             answer.body = {**answer.body, "ignored_fields": ignored}
             self.log.warning("command_fields_ignored", sender=incoming.sender,
@@ -233,6 +235,12 @@ class CommandDesk:
         except (KeyError, TypeError, ValueError):
             return None
 
+    def answered_before(self, incoming: Incoming) -> bool:
+        """The command names a (sender, request_id) already answered."""
+        parsed = parse_command(incoming.payload, self.limits)
+        return not isinstance(parsed, CommandRejection) and \
+            self._remembered(incoming.sender, parsed.request_id) is not None
+
     def refuse_unanswerable(self, incoming: Incoming, size: int) -> Answer:
         """A command whose MQTT 5 response topic and correlation data take `size` bytes,
         more than RESPONSE_PROPERTIES_MAX: refused `too_large`, nothing applied, not
@@ -288,14 +296,16 @@ class CommandDesk:
     def _bounded(self, body: dict[str, Any]) -> dict[str, Any]:
         """The answer, or `too_large` when it would not fit the broker's packet limit."""
         size = len(json.dumps(body).encode())
-        limit = self.max_packet - ANSWER_OVERHEAD
+        # room for `ignored_fields`, added to the answer after this (handle())
+        limit = self.max_packet - ANSWER_OVERHEAD - IGNORED_FIELDS_MAX_BYTES
         if size <= limit:
             return body
         hint = " (ask for fewer `hands`)" if body.get("command") == "recall" else ""
         return refusal(body["request_id"], "too_large",
                        f"the answer is {size} bytes, more than the broker's maximum packet "
-                       f"size allows ({self.max_packet} bytes with {ANSWER_OVERHEAD} for the "
-                       f"packet's header){hint}", body.get("command"),
+                       f"size allows ({self.max_packet} bytes with "
+                       f"{ANSWER_OVERHEAD + IGNORED_FIELDS_MAX_BYTES} for the packet's "
+                       f"header){hint}", body.get("command"),
                        body.get("authenticated_as", ANONYMOUS))
 
     # -- replay -----------------------------------------------------------------------------

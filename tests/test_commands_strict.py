@@ -170,7 +170,18 @@ def test_ignored_fields_names_what_the_command_does_not_take() -> None:
     assert ignored_fields('{"request_id": "r", "command": "whoami", "operator": "o"}') == []
     assert ignored_fields('{"command": "nope", "x": 1}') == []  # unknown command: its error
     assert ignored_fields("[1, 2]") == [] and ignored_fields("not json") == []
+    # Bounded as JSON with its escapes (outside review: twenty names of emoji took 14 KB
+    # of an answer checked against its bound before they were added).
+    from shoed.core.commands import IGNORED_FIELDS_MAX_BYTES
+
     many = {"request_id": "r", "command": "whoami", "operator": "o",
-            **{f"{'k' * 80}{i:02}": 1 for i in range(30)}}
+            **{f"{'k' * 48}{i:02}": 1 for i in range(30)},
+            **{f"{chr(0x1F600) * 20}{i}": 1 for i in range(10)}, 'q"uote': 1}
     names = ignored_fields(json.dumps(many))
-    assert len(names) == 20 and all(len(n) == 60 for n in names)
+    assert len(json.dumps(names)) <= IGNORED_FIELDS_MAX_BYTES
+    assert len(names) == 8 and names[:7] == [f"{'k' * 48}{i:02}" for i in range(7)]
+    assert names[-1] == "(+34 more)"  # 23 that did not fit, 10 of emoji, one with a quote
+    # A payload over the size limit is refused unread, and not decoded here either.
+    huge = json.dumps({"request_id": "r", "command": "whoami", "operator": "o",
+                       "x": [0] * 20_000})
+    assert ignored_fields(huge) == []

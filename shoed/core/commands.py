@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, get_args
 
@@ -158,10 +159,22 @@ COMMAND_NAMES = frozenset(command_name(cls) for cls in COMMAND_CLASSES)
 _FIELDS = {command_name(cls): frozenset(cls.model_fields) for cls in COMMAND_CLASSES}
 
 
-def ignored_fields(payload: bytes | str) -> list[str]:
+#: The most bytes `ignored_fields` takes in an answer, as JSON (with json.dumps' escapes):
+#: the answer's bound leaves this much room for it (CommandDesk._bounded).
+IGNORED_FIELDS_MAX_BYTES = 400
+_PLAIN_NAME = re.compile(r"[ -~]{1,60}")  # printable ASCII: each name's JSON is its length
+
+
+def ignored_fields(payload: bytes | str, limits: ParseLimits = DEFAULT_LIMITS) -> list[str]:
     """The top-level fields of a command that its command does not take (ignored, as
     mqtt-api.md lets fields be added over time; an answer names them, so that a misspelt
-    `to_sq` does not pass unnoticed). [] for anything that is not such an object."""
+    `to_sq` does not pass unnoticed). [] for anything that is not such an object, and for
+    a payload over `limits.max_bytes` (refused unread: never decoded here either). Names
+    of printable ASCII up to 60 characters, sorted, within IGNORED_FIELDS_MAX_BYTES as
+    JSON; what does not fit, or is not such a name, is counted in a last entry
+    "(+N more)"."""
+    if len(payload) > limits.max_bytes:
+        return []
     try:
         data = json.loads(payload)
     except (ValueError, RecursionError):
@@ -172,8 +185,20 @@ def ignored_fields(payload: bytes | str) -> list[str]:
     known = _FIELDS.get(name) if isinstance(name, str) else None
     if known is None:
         return []
-    # At most 20 names of at most 60 characters: the answer stays within its bound.
-    return sorted(k[:60] for k in data if k not in known)[:20]
+    unknown = sorted(k for k in data if k not in known)
+    named: list[str] = []
+    room = IGNORED_FIELDS_MAX_BYTES - 16  # the brackets and the "(+N more)" entry
+    for key in unknown:
+        cost = len(key) + 4  # quotes, comma, space
+        if not _PLAIN_NAME.fullmatch(key) or '"' in key or "\\" in key or cost > room:
+            continue
+        named.append(key)
+        room -= cost
+    if len(named) < len(unknown):
+        named.append(f"(+{len(unknown) - len(named)} more)")
+    return named
+
+
 #: Commands that only read: answered, never recorded as a supervisor_action.
 READ_ONLY_COMMANDS = frozenset({"recall", "replay", "roads", "whoami"})
 #: Commands the shell answers itself: `replay` reads the journal, `whoami` the sender.
