@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -120,6 +121,7 @@ class Inbox:
         self.log = log
         self._alive = alive
         self._replays: set[asyncio.Task[None]] = set()
+        self._replaying: set[tuple[str, str]] = set()  # (sender, request_id) being sent
         # The daemon is stopping: commands that still arrive are neither handled nor
         # acknowledged (the broker keeps them in the session for the next start).
         self.stopping = False
@@ -177,12 +179,16 @@ class Inbox:
                                 float(expiry) if expiry is not None else None, waited)
             asked = getattr(props, "ResponseTopic", None) if self.v5 else None
             correlation = getattr(props, "CorrelationData", None) if self.v5 else None
-            size = len(asked.encode()) if asked else 0
+            # What the answer would carry: a response topic only where it is honoured.
+            size = len(asked.encode()) if asked and self.answer_topic(sender, asked) == asked \
+                else 0
             size += len(correlation) if correlation is not None else 0
             if size > RESPONSE_PROPERTIES_MAX:
-                # Answered on the sender's own topic, without them (desk.py).
+                # Answered on the sender's own topic, without them (desk.py); a retained
+                # command, or one answered before, as it would be otherwise.
                 asked = correlation = None
-                answer = self.desk.handle(incoming) if incoming.retained else \
+                answer = self.desk.handle(incoming) if incoming.retained or \
+                    self.desk.answered_before(incoming) else \
                     self.desk.refuse_unanswerable(incoming, size)
             else:
                 answer = self.desk.handle(incoming)
@@ -193,10 +199,18 @@ class Inbox:
             answer_props = self._props if correlation is None or not self.v5 else \
                 publish_properties(correlation=bytes(correlation))
             if answer.replay is not None and answer.body is not None:
+                key = (sender, str(answer.body.get("request_id")))
+                if key in self._replaying:
+                    # The same replay, asked again while its page is still going out (a
+                    # feed asks again after 5 s without an answer): that send answers it.
+                    self._ack(client, message)
+                    continue
+                self._replaying.add(key)
                 task = loop.create_task(self._send_replay(client, answer, topic, answer_props,
                                                           message), name="mqtt.replay")
                 self._replays.add(task)
                 task.add_done_callback(self._replay_done)
+                task.add_done_callback(functools.partial(self._replay_ended, key))
                 continue
             if answer.body is not None:
                 await self._answer(client, topic, answer.body, answer_props)
@@ -292,6 +306,9 @@ class Inbox:
         finally:
             window.close()
         return sent
+
+    def _replay_ended(self, key: tuple[str, str], task: asyncio.Task[None]) -> None:
+        self._replaying.discard(key)
 
     def _replay_done(self, task: asyncio.Task[None]) -> None:
         self._replays.discard(task)
