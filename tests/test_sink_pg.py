@@ -121,21 +121,33 @@ def test_migrations_are_versioned_and_idempotent(pg: str) -> None:
 def test_alarms_open_lists_only_the_live_journals_alarms(pg: str) -> None:
     """An alarm active when a new journal was started is never cleared by an event: it
     stays in `alarms` and leaves `alarms_open` (outside review: a `device_lost` of the old
-    journal was listed open for good)."""
+    journal was listed open for good). The tables are the events' own `table_id` (a
+    topic segment may differ from it), the journals the raising events' `instance`."""
     subprocess.run([sys.executable, "-m", "shoed.cli", "sink", "--postgres", pg,
                     "--migrate-only"], check=True, capture_output=True)
-    with psycopg.connect(pg, autocommit=True) as conn:
-        conn.execute("INSERT INTO sink_cursor (table_id, instance, seq) VALUES "
-                     "('T01', '0f79e475', 5), ('T02', 'aa11bb22', 9)")
-        for alarm_id, table, active in (("T01-14d3ff88-A44", "T01", True),  # old journal
-                                        ("T01-0f79e475-A68", "T01", True),
-                                        ("T01-0f79e475-A69", "T01", False),
-                                        ("T02-aa11bb22-A1", "T02", True)):
-            conn.execute("INSERT INTO alarms (alarm_id, table_id, code, active, raised_at) "
-                         "VALUES (%s, %s, 'device_lost', %s, now())",
-                         (alarm_id, table, active))
+
+    def alarm(table: str, instance: str, seq: int, n: int, active: bool) -> dict[str, Any]:
+        return {"schema_version": 1, "type": "alarm", "event_id": f"{table}-{instance}-{seq}",
+                "seq": seq, "ts": f"2026-12-07T12:00:{seq:02}+00:00", "table_id": table,
+                "instance": instance, "shoe_id": None, "hand_no": None,
+                "alarm_id": f"{table}-{instance}-A{n}", "code": "device_lost",
+                "active": active, "message": "m"}
+
+    async def apply(events: list[dict[str, Any]]) -> None:
+        from shoed.sink.db import apply_event
+
+        async with await psycopg.AsyncConnection.connect(pg) as conn:
+            for e in events:
+                async with conn.transaction(), conn.cursor() as cur:
+                    await apply_event(cur, e)
+
+    asyncio.run(apply([alarm("T01", "14d3ff88", 1, 1, True),  # open when the journal went
+                       alarm("T01", "0f79e475", 1, 1, True),  # the new journal's
+                       alarm("T01", "0f79e475", 2, 2, True),
+                       alarm("T01", "0f79e475", 3, 2, False),  # ... raised and cleared
+                       alarm("T02", "aa11bb22", 1, 1, True)]))
     assert sorted(r[0] for r in query(pg, "SELECT alarm_id FROM alarms_open")) == [
-        "T01-0f79e475-A68", "T02-aa11bb22-A1"]
+        "T01-0f79e475-A1", "T02-aa11bb22-A1"]
     assert count(pg, "SELECT count(*) FROM alarms WHERE active") == 3  # history kept
 
 

@@ -152,20 +152,20 @@ async def apply_event(cur: psycopg.AsyncCursor[Any], e: dict[str, Any]) -> bool:
         if e.get("active"):
             await cur.execute(
                 "INSERT INTO alarms (alarm_id, table_id, code, message, shoe_id, hand_no, "
-                "card_index, fault_code, momentary, active, raised_at, cleared_at) VALUES "
-                "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (alarm_id) "
-                "DO NOTHING",
+                "card_index, fault_code, momentary, active, raised_at, cleared_at, "
+                "instance) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
+                "ON CONFLICT (alarm_id) DO NOTHING",
                 (e["alarm_id"], table, e["code"], e.get("message"), shoe, hand,
                  e.get("card_index"), e.get("fault_code"), e.get("momentary"),
-                 not e.get("momentary"), ts, ts if e.get("momentary") else None))
+                 not e.get("momentary"), ts, ts if e.get("momentary") else None, instance))
         else:
             await cur.execute(
                 "INSERT INTO alarms (alarm_id, table_id, code, message, shoe_id, hand_no, "
-                "card_index, fault_code, active, raised_at, cleared_at) VALUES "
-                "(%s, %s, %s, %s, %s, %s, %s, %s, false, %s, %s) ON CONFLICT (alarm_id) "
+                "card_index, fault_code, active, raised_at, cleared_at, instance) VALUES "
+                "(%s, %s, %s, %s, %s, %s, %s, %s, false, %s, %s, %s) ON CONFLICT (alarm_id) "
                 "DO UPDATE SET active = false, cleared_at = excluded.cleared_at",
                 (e["alarm_id"], table, e["code"], e.get("message"), shoe, hand,
-                 e.get("card_index"), e.get("fault_code"), ts, ts))
+                 e.get("card_index"), e.get("fault_code"), ts, ts, instance))
     elif kind == "supervisor_action":
         await cur.execute(
             "INSERT INTO supervisor_actions (event_id, table_id, shoe_id, hand_no, ts, "
