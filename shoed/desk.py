@@ -64,6 +64,9 @@ class Incoming:
     retained: bool = False  # it arrived with the retain flag (never applied)
     expires_in: float | None = None  # MQTT 5 message expiry left when it reached the daemon
     waited: float = 0.0  # seconds it waited inside the daemon before being handled
+    # bytes of the MQTT 5 response topic (where honoured) and correlation data its answer
+    # would carry; over RESPONSE_PROPERTIES_MAX it is answered without them
+    response_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -179,6 +182,17 @@ class CommandDesk:
                 request_id, "retained_command_ignored",
                 "the command arrived as a retained message and was not applied; publish "
                 "commands with retain off (and clear the retained message)", name, sender))
+        if incoming.response_bytes > RESPONSE_PROPERTIES_MAX:
+            # Not remembered: sent again with shorter properties, it is handled.
+            log.warning("command_rejected", code="too_large",
+                        response_properties_bytes=incoming.response_bytes)
+            return Answer(refusal(
+                request_id, "too_large",
+                f"the MQTT 5 response topic and correlation data take "
+                f"{incoming.response_bytes} bytes, more than the {RESPONSE_PROPERTIES_MAX} "
+                "the daemon honours: the command was not applied (send it again with a "
+                "shorter response topic or correlation data; this answer went to your own "
+                "answer topic)", name, sender))
         if incoming.expires_in is not None and incoming.waited >= incoming.expires_in:
             log.warning("command_expired", expires_in=incoming.expires_in,
                         waited=round(incoming.waited, 3))
@@ -234,28 +248,6 @@ class CommandDesk:
                               int(result["count"]))
         except (KeyError, TypeError, ValueError):
             return None
-
-    def answered_before(self, incoming: Incoming) -> bool:
-        """The command names a (sender, request_id) already answered."""
-        parsed = parse_command(incoming.payload, self.limits)
-        return not isinstance(parsed, CommandRejection) and \
-            self._remembered(incoming.sender, parsed.request_id) is not None
-
-    def refuse_unanswerable(self, incoming: Incoming, size: int) -> Answer:
-        """A command whose MQTT 5 response topic and correlation data take `size` bytes,
-        more than RESPONSE_PROPERTIES_MAX: refused `too_large`, nothing applied, not
-        remembered (sent again shorter, it is handled)."""
-        parsed = parse_command(incoming.payload, self.limits)
-        self.log.warning("command_rejected", sender=incoming.sender,
-                         request_id=parsed.request_id, code="too_large",
-                         response_properties_bytes=size)
-        return Answer(refusal(
-            parsed.request_id, "too_large",
-            f"the MQTT 5 response topic and correlation data take {size} bytes, more than "
-            f"the {RESPONSE_PROPERTIES_MAX} the daemon honours: the command was not applied "
-            "(send it again with a shorter response topic or correlation data; this answer "
-            "went to your own answer topic)", getattr(parsed, "command", None),
-            incoming.sender))
 
     def _rejected(self, incoming: Incoming, parsed: CommandRejection) -> Answer:
         sender = incoming.sender

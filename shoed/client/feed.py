@@ -468,9 +468,9 @@ class TableFeed(TableConnection):
             if instance is not None and instance != self.instance:
                 continue  # a new journal meanwhile: its own gaps are computed afresh
             named = (answer.get("result") or answer.get("error") or {}).get("instance")
-            if isinstance(named, str) and named:
-                named = instance_of({"instance": named})
-            if isinstance(named, str) and named and self.instance is not None \
+            named = instance_of({"instance": named}) if isinstance(named, str) and named \
+                else None
+            if named is not None and self.instance is not None \
                     and named != self.instance and named not in self.retired:
                 self._new_instance(named)  # the daemon's live journal is another
                 held = _held_range(answer.get("error") or {})

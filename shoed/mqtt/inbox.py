@@ -89,22 +89,16 @@ class PackedOnce(Properties):
 
 
 def publish_properties(content_type: str = "application/json",
-                       correlation: bytes | None = None) -> Properties:
+                       correlation: bytes | None = None,
+                       packet_type: int = PacketTypes.PUBLISH) -> Properties:
     """The properties of what the daemon publishes under MQTT 5 (set once, then packed
-    once: do not change them after the first publish)."""
-    props = PackedOnce(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
+    once: do not change them after the first publish); `packet_type`
+    PacketTypes.WILLMESSAGE for its will."""
+    props = PackedOnce(packet_type)  # type: ignore[no-untyped-call]
     props.ContentType = content_type
     props.PayloadFormatIndicator = 1  # UTF-8 text
     if correlation is not None:
         props.CorrelationData = correlation
-    return props
-
-
-def will_properties() -> Properties:
-    """The MQTT 5 will's properties: the content type and format of every publish."""
-    props = Properties(PacketTypes.WILLMESSAGE)  # type: ignore[no-untyped-call]
-    props.ContentType = "application/json"
-    props.PayloadFormatIndicator = 1
     return props
 
 
@@ -175,23 +169,17 @@ class Inbox:
             expiry = getattr(props, "MessageExpiryInterval", None) if self.v5 else None
             arrived = getattr(message, "arrived", None)
             waited = max(0.0, time.monotonic() - arrived) if arrived is not None else 0.0
-            incoming = Incoming(payload, sender, bool(message.retain),
-                                float(expiry) if expiry is not None else None, waited)
             asked = getattr(props, "ResponseTopic", None) if self.v5 else None
             correlation = getattr(props, "CorrelationData", None) if self.v5 else None
             # What the answer would carry: a response topic only where it is honoured.
             size = len(asked.encode()) if asked and self.answer_topic(sender, asked) == asked \
                 else 0
             size += len(correlation) if correlation is not None else 0
+            answer = self.desk.handle(Incoming(
+                payload, sender, bool(message.retain),
+                float(expiry) if expiry is not None else None, waited, size))
             if size > RESPONSE_PROPERTIES_MAX:
-                # Answered on the sender's own topic, without them (desk.py); a retained
-                # command, or one answered before, as it would be otherwise.
-                asked = correlation = None
-                answer = self.desk.handle(incoming) if incoming.retained or \
-                    self.desk.answered_before(incoming) else \
-                    self.desk.refuse_unanswerable(incoming, size)
-            else:
-                answer = self.desk.handle(incoming)
+                asked = correlation = None  # the answer goes without them (desk.py)
             topic = self.answer_topic(sender, asked)
             if asked and topic != asked:
                 self.log.warning("response_topic_refused", sender=sender, asked=asked,

@@ -56,7 +56,6 @@ from shoed.mqtt.inbox import (
     Inbox,
     StampedQueue,
     publish_properties,
-    will_properties,
 )
 from shoed.mqtt.reads import read_buffered
 from shoed.mqtt.window import PublishWindow, publish_once
@@ -141,8 +140,9 @@ class MqttService:
             else aiomqtt.ProtocolVersion.V311,
             "will": aiomqtt.Will(f"{self.root}/status",
                                  json.dumps(self.status.offline_payload()), qos=1, retain=True,
-                                 properties=will_properties() if mqtt.protocol == "5"
-                                 else None),
+                                 properties=publish_properties(
+                                     packet_type=PacketTypes.WILLMESSAGE)
+                                 if mqtt.protocol == "5" else None),
             # The CONNACK wait and the other operations without their own timeout.
             "timeout": min(mqtt.publish_timeout_s, CONNECT_TIMEOUT_S),
             # Command answers can go out while an event awaits its PUBACK: without
