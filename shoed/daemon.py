@@ -103,7 +103,8 @@ class Daemon:
     def build_mqtt(self) -> None:
         """The MQTT service. Built after READY in `run` (its import, aiomqtt and paho
         with it, is ~60 ms of a start that READY need not wait for)."""
-        from shoed.mqtt.service import BACKOFF_S, CONNECT_TIMEOUT_S, IDLE_WAKE_S, MqttService
+        from shoed.mqtt.publisher import IDLE_WAKE_S
+        from shoed.mqtt.service import BACKOFF_S, CONNECT_TIMEOUT_S, MqttService
 
         # The longest the MQTT loop may show no sign of life before the watchdog stops.
         self._mqtt_quiet_limit_s = 3 * (self.settings.mqtt.publish_timeout_s + IDLE_WAKE_S

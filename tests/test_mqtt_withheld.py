@@ -22,7 +22,7 @@ from proc import DaemonProcess
 from rig import Collector, wait_for
 from test_supervision import _collector, daemon
 
-from shoed.mqtt.service import IDLE_WAKE_S
+from shoed.mqtt.publisher import IDLE_WAKE_S
 from shoed.sim.broker import PrivateMosquitto
 
 pytestmark = [pytest.mark.broker, pytest.mark.timeout(120)]
@@ -214,7 +214,7 @@ def test_a_snapshot_puback_withheld_while_idle_is_noticed_and_nothing_is_lost(
 def test_an_event_sent_at_once_whose_puback_is_withheld_is_sent_again_and_none_lost(
         tmp_path: pathlib.Path, broker: PrivateMosquitto) -> None:
     """The idle publisher's first event goes out from where it was applied, and the
-    publisher waits for its PUBACK only afterwards (MqttService._outbox_ready): withheld,
+    publisher waits for its PUBACK only afterwards (Publisher._outbox_ready): withheld,
     the connection is still counted as broken publish_timeout_s after the send (not
     IDLE_WAKE_S later), the event is sent again on the next connection with its
     event_id, and nothing is lost or reordered."""

@@ -29,7 +29,8 @@ def test_shoed_run_imports_none_of_the_other_commands_packages() -> None:
     assert pulled == [], f"`shoed run` imports {pulled}"
 
 
-AFTER_READY = ("aiomqtt", "paho", "shoed.mqtt.service", "shoed.mqtt.inbox")
+AFTER_READY = ("aiomqtt", "paho", "shoed.mqtt.service", "shoed.mqtt.publisher",
+               "shoed.mqtt.inbox")
 
 
 def test_the_mqtt_service_is_imported_only_after_ready() -> None:

@@ -123,3 +123,22 @@ def refused_subscription(granted: Sequence[object]) -> str | None:
             name = "" if isinstance(code, int) else f"{code} "
             return f"{name}(SUBACK reason 0x{value:02X})"
     return None
+
+
+def connect_failure(url: str, error: Exception, timeout: float) -> Exception:
+    """What a failed connect to `url` means: unreachable (the socket's error), or
+    something that is not an MQTT broker (no CONNACK within `timeout`, or bytes that are
+    not MQTT). `error` is the MQTT client's (aiomqtt's MqttError)."""
+    # Here, not at the top: shoed.errors imports shoed.config, which imports this module.
+    from shoed.errors import BrokerError, NotABroker
+
+    text = str(error)
+    if text == "timed out":  # the socket's connect (aiomqtt passes its OSError on)
+        return BrokerError(f"mqtt.url {url}: the connection was not answered in "
+                           "time: the host is off or unreachable, or a firewall drops it")
+    if "timed out" in text:  # aiomqtt's wait for the CONNACK
+        return NotABroker(f"mqtt.url {url} accepted the connection but sent no "
+                          f"MQTT CONNACK within {timeout:g} s: is it an MQTT broker?")
+    if text.startswith("[Errno") or "SSL" in text or "certificate" in text:
+        return error  # refused, unreachable, TLS: the message says which
+    return NotABroker(f"mqtt.url {url} did not answer as an MQTT broker: {text}")

@@ -41,6 +41,12 @@ class RootTaken(BrokerError):
 
 #: MQTT 5 DISCONNECT reason "Session taken over": another client connected with our id.
 SESSION_TAKEN_OVER = 0x8E
+# A broker that closes a connection taken over without saying why: this many closes
+# within this window, each of a connection younger than SHORT_CONNECTION_S, mean a
+# session taken over (a reconnect storm of two clients with one client id).
+TAKEOVER_DROPS = 3
+TAKEOVER_WINDOW_S = 30.0
+SHORT_CONNECTION_S = 10.0
 
 
 class SessionTakenOver(RootTaken):
@@ -113,6 +119,29 @@ def _seconds(value: Any) -> float:
     except (TypeError, ValueError, OverflowError):
         return 0.0
     return seconds if math.isfinite(seconds) else 0.0
+
+
+class TakeoverWatch:
+    """Was a connection that ended taken over by another client with our client id? The
+    broker says so (MQTT 5), or its closes say it (a reconnect storm, MQTT 3.1.1)."""
+
+    def __init__(self) -> None:
+        self.connected_at: float | None = None  # loop time the connection was made
+        self._short_drops: list[float] = []  # loop times of short connections' ends
+
+    def evidence(self, disconnect_reason: Any, now: float) -> str | None:
+        """Why the connection that ended at `now` was taken over, or None."""
+        if getattr(disconnect_reason, "value", None) == SESSION_TAKEN_OVER:
+            return "the broker said so: MQTT 5 DISCONNECT 0x8E, session taken over"
+        if self.connected_at is None or now - self.connected_at >= SHORT_CONNECTION_S:
+            return None
+        self._short_drops = [t for t in self._short_drops if now - t < TAKEOVER_WINDOW_S]
+        self._short_drops.append(now)
+        if len(self._short_drops) < TAKEOVER_DROPS:
+            return None
+        return (f"the broker closed the connection {len(self._short_drops)} times within "
+                f"{TAKEOVER_WINDOW_S:g} s, each less than {SHORT_CONNECTION_S:g} s after "
+                "it was made")
 
 
 class RootClaim:
