@@ -273,3 +273,60 @@ async def test_database_connection_lost_the_sink_stops_and_a_restart_resumes(
     finally:
         kill(sink)
         table.stop()
+
+
+def test_a_replaced_journals_shoe_in_play_is_marked_superseded(pg: str) -> None:
+    """The shoe being dealt when an operator started a new journal is never ended by an
+    event: the new journal's first stored event marks it superseded (outside review: it
+    stayed in play for good). A batch that holds both journals' events does it too, a
+    shoe of the same journal or of another table is left alone, and a migration fills it
+    in for rows stored before it."""
+    from shoed.sink.db import apply_batch, migrate, migrations
+
+    def event(table: str, instance: str, seq: int, kind: str, **fields: Any
+              ) -> dict[str, Any]:
+        return {"schema_version": 1, "type": kind, "event_id": f"{table}-{instance}-{seq}",
+                "seq": seq, "ts": f"2026-12-07T12:00:{seq:02}+00:00", "table_id": table,
+                "instance": instance, "hand_no": None, **fields}
+
+    def shoe(table: str, instance: str, seq: int, shoe_id: str) -> dict[str, Any]:
+        return event(table, instance, seq, "shoe_started", shoe_id=shoe_id, decks=8)
+
+    async def run() -> None:
+        async with await psycopg.AsyncConnection.connect(pg) as conn:
+            # Stored before migration 004, the way an older sink left them.
+            async with conn.transaction():
+                await conn.execute("CREATE TABLE schema_version (version integer PRIMARY "
+                                   "KEY, name text NOT NULL, applied_at timestamptz NOT "
+                                   "NULL DEFAULT now())")
+                for version, name, sql in migrations():
+                    if version < 4:
+                        await conn.execute(sql.encode())
+                        await conn.execute("INSERT INTO schema_version VALUES (%s, %s)",
+                                           (version, name))
+            async with conn.transaction(), conn.cursor() as cur:
+                from shoed.sink.db import apply_event
+                for e in (shoe("T03", "old3", 1, "S-old3"), shoe("T03", "new3", 1, "S-new3")):
+                    await apply_event(cur, e)
+            assert [n for n in await migrate(conn) if n.startswith("004")]
+            await apply_batch(conn, "T01", [shoe("T01", "aaaa", 1, "S-a1")])
+            await apply_batch(conn, "T01", [event("T01", "aaaa", 2, "card", shoe_id="S-a1")])
+            await apply_batch(conn, "T02", [shoe("T02", "cccc", 1, "S-c1")])
+            # The new journal of T01 starts with no shoe: its first event supersedes.
+            await apply_batch(conn, "T01", [event("T01", "bbbb", 1, "alarm", shoe_id=None,
+                                                  alarm_id="x", code="device_lost",
+                                                  active=True, message="m"),
+                                            shoe("T01", "bbbb", 2, "S-b1")])
+            # One batch with both journals' events (a feed catching up).
+            await apply_batch(conn, "T02", [event("T02", "cccc", 2, "card", shoe_id="S-c1"),
+                                            shoe("T02", "dddd", 1, "S-d1")])
+
+    asyncio.run(run())
+    rows = {r[0]: r[1:] for r in query(
+        pg, "SELECT shoe_id, superseded_by, to_char(superseded_at AT TIME ZONE 'UTC', "
+            "'SS') FROM shoes")}
+    assert rows == {"S-a1": ("bbbb", "01"), "S-b1": (None, None),
+                    "S-c1": ("dddd", "01"), "S-d1": (None, None),
+                    "S-old3": ("new3", "01"), "S-new3": (None, None)}
+    assert sorted(r[0] for r in query(pg, "SELECT shoe_id FROM shoes_open")) == [
+        "S-b1", "S-d1", "S-new3"]

@@ -184,15 +184,31 @@ async def apply_event(cur: psycopg.AsyncCursor[Any], e: dict[str, Any]) -> bool:
     return True
 
 
+async def supersede(cur: psycopg.AsyncCursor[Any], e: dict[str, Any]) -> None:
+    """A shoe of its table still in play in another journal (instance) than the stored
+    event `e`'s was left by a replaced journal: no event will end it. It is marked
+    superseded at `e`'s time, by `e`'s instance (migration 004)."""
+    await cur.execute(
+        "UPDATE shoes SET superseded_at = %s, superseded_by = %s WHERE table_id = %s "
+        "AND instance <> %s AND started_at <= %s AND ended_at IS NULL AND voided_at IS NULL "
+        "AND superseded_at IS NULL",
+        (_ts(e.get("ts")), instance_of(e), e["table_id"], instance_of(e), _ts(e.get("ts"))))
+
+
 async def apply_batch(conn: psycopg.AsyncConnection[Any], table: str,
                       events: list[dict[str, Any]]) -> int:
     """Store a batch of one table's events (in seq order) and move its cursor to the last
     of them, in one transaction. Returns how many events were new."""
     new = 0
     last = events[-1]
+    instance: str | None = None
     async with conn.transaction(), conn.cursor() as cur:
         for event in events:
-            new += await apply_event(cur, event)
+            stored = await apply_event(cur, event)
+            if stored and (new == 0 or instance_of(event) != instance):
+                await supersede(cur, event)  # the batch's first, or a new journal's
+            instance = instance_of(event)
+            new += stored
         await cur.execute(
             "INSERT INTO sink_cursor (table_id, instance, seq) VALUES (%s, %s, %s) "
             "ON CONFLICT (table_id) DO UPDATE SET instance = excluded.instance, "
