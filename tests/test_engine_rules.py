@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from table import CUT, UNREAD, Table
@@ -833,3 +834,69 @@ def test_new_shoe_forced_whose_pending_pull_voids_the_old_shoe_first() -> None:
     assert table.state["shoe_id"] == out.result["shoe_id"] != old
     assert table.state["shoe_state"] == "commencement"
     assert not [a for a in table.of("alarm", m) if a.code == "engine_error"]
+
+
+# -- rule 10: void_hand while a pull of the held hand is half received -------------------
+
+def _held_hand_with_half_a_pull(mode: str, **config: object) -> tuple[Table, DeviceItem]:
+    """Hand 1 held (P1 unread), B1 P2 B2 in; a two-card pull whose lower item came and
+    whose upper item (returned) has not: both were drawn before anything that follows."""
+    table = ready(mode, **config)
+    if mode == "commands":
+        table.cmd("close_betting")
+    table.draw("9D")
+    table.draw(UNREAD)
+    table.draw("3H")
+    table.draw("4S")
+    table.draw("5C")
+    table.pull_id += 1
+    lower, upper = (DeviceItem(at=table.now(), item="card", pull_id=table.pull_id,
+                               pull_pos=pos, pull_size=2, card=card)
+                    for pos, card in ((2, "KD"), (1, "QS")))
+    table.feed(lower)
+    return table, upper
+
+
+@pytest.mark.parametrize("mode, config", [
+    ("none", {}), ("commands", {"unnecessary_cards": "burn_then_void"}),
+    ("commands", {"unnecessary_cards": "burn_then_player"})])
+def test_void_hand_voids_the_cards_of_a_pull_half_received_before_it(
+        mode: str, config: dict[str, object]) -> None:
+    """Rule 10: `void_hand` voids the hand "together with every card drawn before the
+    command, pending cards included". A pull's items are drawn at once, so an item that
+    comes after the command is the voided hand's too (outside review: they became hand 2's
+    burn and P1 two cards behind the layout, or, under burn_then_void, voided the shoe)."""
+    table, upper = _held_hand_with_half_a_pull(mode, **config)
+    m = table.mark()
+    assert table.cmd("void_hand", hand_no=1, reason="held too long").ok
+    table.feed(upper.model_copy(update={"at": table.now()}))
+    cards = [(e.card, e.position, e.hand_no) for e in table.of("card", m)]
+    assert cards == [("QS", None, 1), ("KD", None, 1)]  # upper first, the voided hand's
+    assert [p.action for p in table.of("procedure", m)
+            if p.rule == "card_of_voided_hand"] == ["voided", "voided"]
+    assert table.state["shoe_state"] == "between_hands"
+    assert not table.of("shoe_voided", m)
+    m = table.mark()
+    if mode == "commands":
+        table.cmd("close_betting")
+    table.draw("2D")  # the next card is the next hand's burn
+    table.draw("8C")
+    assert [(e.position, e.hand_no) for e in table.of("card", m)] == [("burn", 2), ("P1", 2)]
+    assert table.state["hold"] is None
+
+
+def test_void_hand_whose_half_pull_never_completes_alarms_and_holds_no_next_hand() -> None:
+    """The missing item of that pull was drawn before the void too: it is the voided
+    hand's loss (a momentary `incomplete_pull`), not a hold on the next hand."""
+    table, _upper = _held_hand_with_half_a_pull("none")
+    m = table.mark()
+    assert table.cmd("void_hand", hand_no=1, reason="r").ok
+    table.tick(4.0)
+    assert [(e.card, e.position, e.hand_no) for e in table.of("card", m)] == [("KD", None, 1)]
+    lost = [a for a in table.of("alarm", m) if a.code == "incomplete_pull"]
+    assert lost and all(a.momentary for a in lost)
+    table.draw("2D")
+    table.draw("8C")
+    assert [(e.position, e.hand_no) for e in table.of("card", m)][-2:] == [("burn", 2),
+                                                                            ("P1", 2)]
+    assert table.state["hold"] is None

@@ -897,7 +897,7 @@ class Engine:
         pull.items.append(PullItem(item=item, arrival=self._state.pull_arrivals))
         if len(pull.items) == pull.size:
             self._state.pull = None
-            self._apply_pull(pull.items, complete=True)
+            self._apply_pull(pull.items, complete=True, voided_hand=pull.voided_hand)
 
     def _flush_pull_incomplete(self, why: str) -> None:
         pull = self._state.pull
@@ -905,19 +905,22 @@ class Engine:
             return
         self._state.pull = None
         self._apply_pull(pull.items, complete=False,
-                         why=f"pull {pull.pull_id}: {len(pull.items)} of {pull.size} items; {why}")
+                         why=f"pull {pull.pull_id}: {len(pull.items)} of {pull.size} items; {why}",
+                         voided_hand=pull.voided_hand)
 
-    def _apply_pull(self, entries: list[PullItem], complete: bool, why: str = "") -> None:
+    def _apply_pull(self, entries: list[PullItem], complete: bool, why: str = "",
+                    voided_hand: int | None = None) -> None:
         """A buffered pull's items, complete or not, in procedure order."""
         ordered = pulls.upper_first(entries)
         size = max((e.item.pull_size or 1) for e in entries)
         self._apply_items([e.item for e in ordered], size, size > 1 and pulls.reordered(ordered),
-                          complete, why)
+                          complete, why, voided_hand)
 
     def _apply_items(self, ordered: list[DeviceItem], size: int, reordered: bool,
-                     complete: bool, why: str = "") -> None:
+                     complete: bool, why: str = "", voided_hand: int | None = None) -> None:
         """The items of one pull in procedure order (its size as the items say; reordered:
-        they arrived in another order): counted, watched, placed."""
+        they arrived in another order): counted, watched, placed; or, of a pull pending
+        when its hand was voided (`voided_hand`), voided with that hand."""
         shoe = self._state.shoe
         in_shoe = shoe is not None and shoe.phase != "shoe_voided"
         cards: list[tuple[DeviceItem, CardRec | None]] = []
@@ -939,9 +942,16 @@ class Engine:
             surplus = self._resolutions() != resolved_before
             if card is None:
                 self._cut_card()
+            elif voided_hand is not None and in_shoe:
+                self._deal_voided(card, voided_hand)
             else:
                 self._deal(card, surplus)
-        if not complete:
+        if not complete and voided_hand is not None:
+            # Its missing items were drawn before the void too: the voided hand's, not
+            # the next hand's, which is not held for them.
+            self._alarm_momentary("incomplete_pull", f"incomplete pull of voided hand "
+                                                     f"{voided_hand}: {why}")
+        elif not complete:
             self._hold_or_notice("incomplete_pull", f"incomplete pull: {why}")
 
     def _deal(self, card: CardRec, surplus: bool) -> None:
@@ -950,6 +960,20 @@ class Engine:
         self._count(card)
         self._watch(card)
         self._route(card, surplus=surplus)
+
+    def _deal_voided(self, card: CardRec, hand_no: int) -> None:
+        """A card of a pull that was pending when `void_hand` voided its hand: drawn before
+        the command, it is voided with that hand (rule 10), never placed (position null,
+        the voided hand's number); counted and watched as every card."""
+        self._count(card)
+        self._watch(card)
+        card.position, card.hand_no = None, hand_no
+        self._publish_card(card)
+        self._procedure("card_of_voided_hand", "voided", [card], hand_no=hand_no)
+        if card.flags or card.read == "foreign":
+            card.position = "voided"  # named in its alarm (the card event said null)
+            self._integrity_notice(card)
+            card.position = None
 
     def _resolutions(self) -> int:
         shoe = self._state.shoe
@@ -1421,6 +1445,8 @@ class Engine:
         hand = shoe.hand
         if hand is not None and hand.hand_no == c.hand_no and shoe.phase in (
                 "between_hands", "dealing") and (hand.in_progress or hand.cards or hand.holds):
+            if self._state.pull is not None:  # its items were drawn before the command
+                self._state.pull.voided_hand = hand.hand_no
             self._void_hand_in_progress(hand, c.reason, c.operator)
             self._finish_hand(hand, [])
             return {"hand_no": c.hand_no, "result_withdrawn": False}

@@ -96,6 +96,9 @@ class PullBuffer(BaseModel):
     last_at: float
     last_mono: float | None = None
     paused: float = 0.0  # seconds of card jam since the last item (not counted)
+    # void_hand came while this pull was pending: its items were drawn before the command,
+    # so they are that hand's and are voided with it (rule 10), wherever they come after.
+    voided_hand: int | None = None
 
 
 class AlarmState(BaseModel):
