@@ -582,11 +582,15 @@ def test_a_late_entry_deals_as_a_read_card_stand_alone(deck: list[str], sizes: l
     """Metamorphic: one hand card unread and entered k pulls later (no gate, the dealer
     deals on; pulls of one to three cards, one deck's cards: no excess card, whose entry
     rule 11 and decisions.md 8 treat apart) gives the results and final positions of the
-    same card read: a hold changes when a result is published, not what it is."""
+    same card read: a hold changes when a result is published, not what it is. The cut
+    card among them, or not (outside review: a cut card drawn while a hand was held with
+    cards pending made the held hand the last, where read it was the next)."""
+    cut = data.draw(st.none() | st.integers(0, 24))  # early: among the held hands
+    cards = list(deck) if cut is None else [*deck[:cut], CUT, *deck[cut:]]
     pulls, start = [], 0
     for size in sizes:
-        if start + size <= len(deck):
-            pulls.append(deck[start:start + size])
+        if start + size <= len(cards):
+            pulls.append(cards[start:start + size])
             start += size
     profile = data.draw(st.sampled_from(["burn_then_void", "burn_then_player"]))
     read = ready("none", unnecessary_cards=profile)
@@ -600,13 +604,16 @@ def test_a_late_entry_deals_as_a_read_card_stand_alone(deck: list[str], sizes: l
     chosen = data.draw(st.sampled_from(hand_cards))
     delay = data.draw(st.integers(0, 3))
     held = ready("none", unnecessary_cards=profile)
-    flat = [card for pull in pulls for card in pull]
+    flat = [card for pull in pulls for card in pull if card != CUT]
     true_card = flat[chosen - 3]  # cards 1, 2: the commencement
     index, entered, due = 2, False, None
     for number, pull in enumerate(pulls):
-        held.draw(*[UNREAD if index + i == chosen else card
-                    for i, card in enumerate(pull, start=1)])
-        index += len(pull)
+        drawn = []
+        for card in pull:
+            if card != CUT:
+                index += 1
+            drawn.append(UNREAD if card != CUT and index == chosen else card)
+        held.draw(*drawn)
         if due is None and index >= chosen:
             due = number + delay
         if not entered and due is not None and number >= due:
@@ -618,13 +625,14 @@ def test_a_late_entry_deals_as_a_read_card_stand_alone(deck: list[str], sizes: l
     def outcome(table: Table) -> tuple[Any, ...]:
         results = [(r.hand_no, r.winner, r.player_total, r.banker_total)
                    for r in table.of("hand_result")]
+        last = [e.hand_no for e in table.of("last_hand")]
         if table.state["shoe_state"] == "shoe_voided":
             # Cards after a void by unnecessary cards are reported without the shoe; those
             # drawn while held were published as pending first (their final event names
             # no card_index), so only the results and the void are compared.
-            return results, "shoe_voided"
+            return results, last, "shoe_voided"
         final = {e.card_index: (e.position, e.hand_no) for e in table.of("card")}
-        return results, final, table.state["shoe_state"]
+        return results, last, final, table.state["shoe_state"]
 
     assert outcome(held) == outcome(read)
 
@@ -900,3 +908,76 @@ def test_void_hand_whose_half_pull_never_completes_alarms_and_holds_no_next_hand
     assert [(e.position, e.hand_no) for e in table.of("card", m)][-2:] == [("burn", 2),
                                                                             ("P1", 2)]
     assert table.state["hold"] is None
+
+
+# -- rules 9 and 10: the cut card drawn while a hand is held with cards pending ----------
+
+@pytest.mark.parametrize("hold", ["none", "unread_p1", "cover_open", "cut_in_a_pull"])
+def test_a_cut_card_drawn_while_a_hand_is_held_acts_where_it_came(hold: str) -> None:
+    """Hand 1 is a natural at its fourth card; the next card (7H) is hand 2's burn, then
+    the cut card: hand 2 is the last. Held at that moment (P1 unread and entered later, or
+    a cover-open fault released by `resume`), 7H is pending and the cut card waits for it
+    to be placed (outside review: the held hand 1 became the last and hand 2's five cards
+    were `after_shoe_end`)."""
+    table = ready("none")
+    table.draw("9D")
+    unread = hold in ("unread_p1", "cut_in_a_pull")  # the latter: the cut inside a pull
+    table.draw(UNREAD if unread else "4H")
+    if hold == "cover_open":
+        table.fault(3, True)
+        table.fault(3, False)
+    for card in ["3C", "5D", "2C"]:
+        table.draw(card)
+    if hold == "cut_in_a_pull":
+        table.draw("7H", CUT, "4S")
+        rest = ["6S", "8D", "TD"]
+    else:
+        table.draw("7H")
+        table.draw(CUT)
+        rest = ["4S", "6S", "8D", "TD"]
+    m = table.mark()
+    for card in rest:
+        table.draw(card)
+    if unread:
+        assert table.cmd("manual_card", card_index=4, card="4H").ok
+    elif hold == "cover_open":
+        assert table.cmd("resume").ok
+    assert [(r.hand_no, r.winner) for r in table.of("hand_result")] == [(1, "player")]
+    assert [e.hand_no for e in table.of("last_hand")] == [2]
+    assert table.state["shoe_state"] == "dealing" and table.state["hand_no"] == 2
+    final = {e.card_index: e.position for e in table.of("card") if e.card_index >= 8}
+    assert final == {8: "burn", 9: "P1", 10: "B1", 11: "P2", 12: "B2"}
+    if hold != "none":
+        assert [p.rule for p in table.of("procedure") if p.rule == "cut_card_held"] \
+            == ["cut_card_held"]
+    assert not [e for e in table.of("card", m) if e.position == "after_shoe_end"]
+
+
+def test_a_cut_card_held_back_that_came_during_the_held_hand_makes_it_the_last() -> None:
+    """The other way: P1 unread, the held hand needs a P3 (7H), then the cut card: the
+    cut came during hand 1, which is the last; the shoe ends with its result."""
+    table = ready("none")
+    table.draw("9D")
+    table.draw(UNREAD)
+    for card in ["3C", "TD", "2C", "7H", CUT, "4S", "9H"]:
+        table.draw(card)
+    # P 2H+TD = 2 draws 7H; B 3C+2C = 5 draws on a 7: 4S is B3 (the cut came between).
+    assert table.cmd("manual_card", card_index=4, card="2H").ok
+    assert [e.hand_no for e in table.of("last_hand")] == [1]
+    assert [(r.hand_no, r.cards_dealt) for r in table.of("hand_result")] == [(1, 6)]
+    assert table.state["shoe_state"] == "shoe_ended"
+    assert [e.position for e in table.of("card") if e.card == "9H"][-1] == "after_shoe_end"
+
+
+def test_realign_of_a_held_hand_with_a_cut_card_held_back_makes_the_new_hand_the_last() -> None:
+    """A cut card held back in the hand being repaired (rule 12's realign) counts as one
+    drawn in it: the new hand is the last, as when the cut card was not held back."""
+    table = ready("none")
+    table.draw("9D")
+    table.draw(UNREAD)
+    for card in ["3C", "5D", "2C", "7H", CUT]:
+        table.draw(card)
+    assert [p.rule for p in table.of("procedure") if p.rule == "cut_card_held"]
+    out = table.cmd("realign", card_index=4, position="burn")
+    assert out.ok, out.error
+    assert [e.hand_no for e in table.of("last_hand")] == [out.result["hand_no"]]

@@ -1191,6 +1191,16 @@ class Engine:
         shoe = self._state.shoe
         assert shoe is not None
         shoe.hand = None
+        # A cut card held back (_cut_card): among this hand's own cards, or right after
+        # them, it makes this hand the last; among the leftovers, it acts where it came.
+        cut_at, hand.cut_at = hand.cut_at, None
+        if cut_at is not None:
+            cut_at -= len(hand.cards)  # its own cards (the leftovers are taken out)
+            if cut_at <= 0:
+                cut_at = None
+                if not hand.last_hand:
+                    hand.last_hand = True
+                    self._emit(ev.LastHand, hand_no=hand.hand_no, reason="cut_card")
         if hand.last_hand or shoe.end_requested:
             self._end_shoe()
             for card in leftovers:
@@ -1199,10 +1209,24 @@ class Engine:
         self._open_betting()
         pull = completed_by
         resolved_before = -1  # the completing pull brought this hand's result
-        for card in leftovers:
+        for i, card in enumerate(leftovers):
+            if i == cut_at:
+                self._held_cut_card()
             if card.pull_id is None or card.pull_id != pull:
                 pull, resolved_before = card.pull_id, self._resolutions()
             self._route(card, surplus=self._resolutions() != resolved_before)
+        if cut_at is not None and cut_at >= len(leftovers):
+            self._held_cut_card()
+
+    def _held_cut_card(self) -> None:
+        """A cut card held back while a hand was held, at its place among the cards that
+        turned out surplus: as if it came now (rule 9), unless the shoe is over."""
+        shoe = self._state.shoe
+        assert shoe is not None
+        if shoe.phase in FINISHED_PHASES:
+            self._procedure("cut_card_ignored", "ignored", [], detail="the shoe is over")
+        else:
+            self._cut_card_acts()
 
     def _record(self, hand: HandState, result: dict[str, Any] | None = None,
                 voided: dict[str, Any] | None = None) -> None:
@@ -1284,6 +1308,23 @@ class Engine:
                             detail="a second cut card in this shoe")
             return
         shoe.cut_card_seen = True
+        self._cut_card_acts()
+
+    def _cut_card_acts(self) -> None:
+        """The cut card's effect where it came in draw order (rule 9)."""
+        shoe = self._state.shoe
+        assert shoe is not None
+        hand = shoe.hand
+        if hand is not None and hand.in_progress and any(
+                p is None or p == "surplus" for p in positions(hand)):
+            # Held with cards pending: whether the cut came during this hand or after it
+            # (during the next, rule 9) is known only once they are placed (rule 10).
+            hand.cut_at = len(hand.cards)
+            self._procedure("cut_card_held", "recorded", [], hand_no=hand.hand_no,
+                            detail=f"drawn after card {hand.cards[-1].card_index} of held "
+                                   f"hand {hand.hand_no}; it takes effect in draw order "
+                                   f"when the hold ends")
+            return
         self._last_hand("cut_card")
 
     def _last_hand(self, reason: Literal["cut_card", "end_shoe"]) -> None:
@@ -1505,7 +1546,7 @@ class Engine:
         hand = shoe.hand
         # A cut card (or end_shoe) in the hand being repaired makes the new hand the last:
         # the cards are the same, only their count was wrong (rule 9).
-        last = hand is not None and hand.last_hand
+        last = hand is not None and (hand.last_hand or hand.cut_at is not None)
         if hand is not None:
             if hand.cards or hand.in_progress:  # the hand it interrupts
                 self._void_hand_in_progress(hand, f"realign at card {c.card_index}", c.operator)

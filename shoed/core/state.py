@@ -50,6 +50,10 @@ class HandState(BaseModel):
     holds: list[str] = Field(default_factory=list)  # explicit: cards_lost, incomplete_pull, ...
     unnecessary: int = 0
     last_hand: bool = False
+    # The cut card came while cards of this held hand were still pending: how many of its
+    # cards were drawn before it. It takes effect in draw order once the hold ends and
+    # it is known whether those cards were this hand's or surplus (rules 9, 10).
+    cut_at: int | None = None
     actions: list[dict[str, Any]] = Field(default_factory=list)
 
 
