@@ -360,6 +360,26 @@ def test_incomplete_pull_timeout_and_jam_pause() -> None:
     assert table.state["hold"]["reasons"] == ["incomplete_pull"]
 
 
+@pytest.mark.parametrize("jam_before_item", [10.0, 0.5])
+def test_a_jam_that_began_before_a_pulls_item_pauses_only_its_wait_after_it(
+        jam_before_item: float) -> None:
+    """Section 4: incomplete when "3 s pass without its next item (not counting time
+    while a card-jam fault is active)": the 3 s run from the item, so jam time before it
+    is not credited (outside review: a jam 10 s before the item moved the deadline 10 s
+    late)."""
+    table = ready()
+    table.draw("9S")
+    table.fault(2, True)  # the jam begins first ...
+    table.tick(jam_before_item)
+    table.draw("2S", "TH", order=[1])  # ... the pull's first item comes during it (+0.05 s)
+    table.tick(0.95)
+    table.fault(2, False)  # cleared 1.45 s after the item (fault() steps 0.5 s)
+    table.tick(2.9)  # 2.9 s since the clear: not yet
+    assert not [a for a in table.of("alarm") if a.code == "incomplete_pull"]
+    table.tick(0.2)  # 3.1 s since the clear
+    assert [a.code for a in table.of("alarm") if a.active][-1] == "incomplete_pull"
+
+
 def test_incomplete_pull_when_another_pull_starts() -> None:
     table = ready()
     table.draw("9S")

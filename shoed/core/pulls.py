@@ -77,6 +77,11 @@ def timed_out(state: EngineState, now: InputBase) -> bool:
 
 
 def jam_paused(state: EngineState, now: InputBase) -> float:
-    """How long the card jam that ends at `now` lasted."""
-    assert state.jam_since is not None
-    return max(0.0, elapsed(state.jam_since, state.jam_since_mono, now))
+    """How long the card jam that ends at `now` lasted while the pending pull waited:
+    since its latest item, when the jam began before that item (time before it is no
+    wait of the pull's next item, which the timeout counts from there)."""
+    pull = state.pull
+    assert state.jam_since is not None and pull is not None
+    jam = elapsed(state.jam_since, state.jam_since_mono, now)
+    waited = elapsed(pull.last_at, pull.last_mono, now)
+    return max(0.0, min(jam, waited))
