@@ -127,15 +127,17 @@ def parse_frame(chunk: bytes, known_types: frozenset[int] | None = None) -> RawF
             f"got {len(decoded)}",
             NakReason.MALFORMED,
         )
-    if length > MAX_PAYLOAD:
-        raise FrameError(
-            f"expected a payload of at most {MAX_PAYLOAD} bytes, got {length}", NakReason.MALFORMED
-        )
     (received_crc,) = struct.unpack_from("<H", decoded, HEADER_SIZE + length)
     computed = crc16(decoded[: HEADER_SIZE + length])
     if received_crc != computed:
         raise FrameError(
             f"expected CRC 0x{computed:04x}, got 0x{received_crc:04x}", NakReason.CRC_ERROR
+        )
+    if length > MAX_PAYLOAD:
+        # Not in section 2's list of checks, whose order decides the NAK: a size fault
+        # (reason 2), after the CRC, so a damaged frame is still reason 1.
+        raise FrameError(
+            f"expected a payload of at most {MAX_PAYLOAD} bytes, got {length}", NakReason.MALFORMED
         )
     if version != PROTOCOL_VERSION:
         raise UnsupportedFrame(

@@ -142,3 +142,20 @@ def test_nak_reasons_are_the_enum() -> None:
     reasons = [r.nak_reason for r in results if isinstance(r, Discarded)]
     assert reasons and all(isinstance(r, NakReason) for r in reasons), reasons
     assert NakReason.CRC_ERROR in reasons and NakReason.MALFORMED in reasons
+
+
+@pytest.mark.parametrize("crc_good, reason", [(False, 1), (True, 2)])
+def test_a_payload_over_255_bytes_is_checked_after_the_crc(crc_good: bool, reason: int) -> None:
+    """Section 2's order (COBS, size >= 8, size = 8+N, CRC, version, type) decides the
+    NAK: a frame with N = 256 and a bad CRC is reason 1 (outside review: it was 2); with
+    a good CRC it breaks "maximum payload N is 255", a size fault: reason 2."""
+    import struct
+
+    from firmware_protocol.framing import cobs_encode
+
+    body = struct.pack("<BBHH", 1, 0x01, 7, 256) + bytes(256)
+    crc = crc16(body) ^ (0 if crc_good else 0xFFFF)
+    encoded = cobs_encode(body + struct.pack("<H", crc)) + b"\x00"
+    assert len(encoded) - 1 <= 300  # within the encoded frame's limit
+    (result,) = StreamDecoder().feed(encoded)
+    assert isinstance(result, Discarded) and result.nak_reason == reason
