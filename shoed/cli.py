@@ -21,7 +21,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from .config import ConfigError, check_device_port, load_settings
     from .daemon import Daemon
     from .errors import SupervisionFailed
-    from .store.journal import StorageError
+    from .store.statedir import StorageError
 
     try:
         settings = load_settings(args.config)

@@ -42,8 +42,8 @@ from shoed.core.commands import (
 from shoed.core.engine import Output
 from shoed.core.inputs import CommandInput
 from shoed.device.inputs import stamp
-from shoed.store.journal import StorageError
 from shoed.store.recorder import Recorder
+from shoed.store.statedir import StorageError
 
 REPLAY_CHUNK = 200  # events read from the journal at a time while a replay is re-sent
 ANSWER_OVERHEAD = 1024  # bytes of an answer's packet besides its payload (topic, properties)

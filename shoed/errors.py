@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from shoed.config import ConfigError
 from shoed.core.errors import CardNotationError, RulesError, ShoedError
-from shoed.store.journal import StorageError
+from shoed.store.statedir import StorageError
 
 
 class TransportLost(ShoedError):

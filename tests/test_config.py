@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from shoed.cli import main
 from shoed.config import ConfigError, load_manifest, load_settings
-from shoed.store.journal import StorageError, prepare_state_dir
+from shoed.store.statedir import StorageError, prepare_state_dir
 
 
 def write(tmp_path: pathlib.Path, text: str) -> pathlib.Path:
@@ -397,14 +397,14 @@ def test_a_full_disk_at_the_first_start_is_a_storage_error(
         tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import errno
 
-    from shoed.store import journal
+    from shoed.store import statedir
 
     def full(*args: object) -> int:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(journal.os, "pwrite", full)
+    monkeypatch.setattr(statedir.os, "pwrite", full)
     with pytest.raises(StorageError, match="cannot be written: No space left on device"):
-        journal.lock_state_dir(tmp_path)
+        statedir.lock_state_dir(tmp_path)
 
 
 def test_a_state_dir_that_is_a_file_is_named_as_such(tmp_path: pathlib.Path) -> None:
@@ -481,7 +481,7 @@ def test_a_journal_error_is_called_a_full_disk_only_when_it_is_one(
     import errno
     import sqlite3
 
-    from shoed.store import journal
+    from shoed.store import statedir
 
     def sqlite_error(words: str, code: int) -> sqlite3.Error:
         error = sqlite3.OperationalError(words)
@@ -500,27 +500,27 @@ def test_a_journal_error_is_called_a_full_disk_only_when_it_is_one(
         f_bfree = f_bavail
         f_blocks = 256
 
-    monkeypatch.setattr(journal.os, "statvfs", lambda path: Stat())
+    monkeypatch.setattr(statedir.os, "statvfs", lambda path: Stat())
     io_error = sqlite_error("disk I/O error", sqlite3.SQLITE_IOERR_SHMSIZE)
     full = sqlite_error("database or disk is full", sqlite3.SQLITE_FULL)
     enospc = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
     for error, said in ((io_error, "SQLite said: disk I/O error"),
                         (full, "SQLite said: database or disk is full"),
                         (enospc, "No space left on device")):
-        assert journal.failure_cause(error, tmp_path) == \
+        assert statedir.failure_cause(error, tmp_path) == \
             f"the disk is full (0 bytes free for state.dir {tmp_path}; {said})"
     free[0] = 10_000  # 40 MB free: an I/O error is not the disk's being full
-    assert journal.failure_cause(io_error, tmp_path) == "disk I/O error"
-    assert journal.failure_cause(full, tmp_path).startswith("the disk is full (40960000 ")
+    assert statedir.failure_cause(io_error, tmp_path) == "disk I/O error"
+    assert statedir.failure_cause(full, tmp_path).startswith("the disk is full (40960000 ")
     locked = sqlite_error("database is locked", sqlite3.SQLITE_BUSY)
     free[0] = 0
-    assert journal.failure_cause(locked, tmp_path) == "database is locked"
+    assert statedir.failure_cause(locked, tmp_path) == "database is locked"
     # A read error (a bad sector) on a nearly full disk is not the disk's being full.
     bad_sector = sqlite_error("disk I/O error", sqlite3.SQLITE_IOERR_READ)
-    assert journal.failure_cause(bad_sector, tmp_path) == "disk I/O error"
+    assert statedir.failure_cause(bad_sector, tmp_path) == "disk I/O error"
     # A filesystem that gives no size (0 blocks: some FUSE and network ones) says nothing.
     Stat.f_blocks = 0
-    assert journal.failure_cause(io_error, tmp_path) == "disk I/O error"
+    assert statedir.failure_cause(io_error, tmp_path) == "disk I/O error"
 
 
 def test_a_variable_with_one_underscore_after_the_section_is_refused_not_ignored(

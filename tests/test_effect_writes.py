@@ -191,7 +191,7 @@ async def test_an_unreadable_journal_sends_nothing_rather_than_out_of_order(
         tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Older events unpublished on disk and a newer one in memory, the journal unreadable:
     the newer one must not go first (its PUBACK's mark would cover the older ones)."""
-    from shoed.store.journal import StorageError
+    from shoed.store.statedir import StorageError
 
     recorder, _ = _open(tmp_path)
     outbox = recorder.outbox

@@ -19,7 +19,8 @@ import sys
 import pytest
 
 from shoed.store.check import check_journal, read_wal_index
-from shoed.store.journal import SCHEMA_VERSION, Journal, JournalDamaged, StorageError
+from shoed.store.journal import SCHEMA_VERSION, Journal
+from shoed.store.statedir import JournalDamaged, StorageError
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 

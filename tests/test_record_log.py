@@ -18,8 +18,9 @@ from hypothesis import strategies as st
 
 from shoed.store import records
 from shoed.store.check import check_journal
-from shoed.store.journal import Journal, JournalDamaged, StorageError
+from shoed.store.journal import Journal
 from shoed.store.records import HEADER, RECORDS_NAME, RecordLog, read_entries
+from shoed.store.statedir import JournalDamaged, StorageError
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 

@@ -220,7 +220,8 @@ def check_journal(path: pathlib.Path) -> tuple[bool, list[str]]:
     connection. Writes nothing but `journal.damaged` when it finds damage that the files
     would no longer show afterwards. Safe while the daemon runs.
     """
-    from .journal import StorageError, validate
+    from .journal import validate
+    from .statedir import StorageError
 
     db = path / DB_NAME if path.is_dir() else path
     if not os.access(db.parent, os.R_OK | os.X_OK):

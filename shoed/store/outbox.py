@@ -20,7 +20,8 @@ import itertools
 import time
 from collections.abc import Callable
 
-from shoed.store.journal import Journal, StorageError
+from shoed.store.journal import Journal
+from shoed.store.statedir import StorageError
 
 OUTBOX_BATCH = 256  # events read from the journal at once when catching up
 FRESH_KEPT = 1024  # beyond this a backlog is read from the journal instead

@@ -34,8 +34,9 @@ from shoed.core.engine import Engine, Output
 from shoed.core.events import event_json
 from shoed.core.inputs import INPUT_ADAPTER, Input, StorageStatus
 from shoed.status import TableStatus
-from shoed.store.journal import Journal, StorageError
+from shoed.store.journal import Journal
 from shoed.store.outbox import Outbox
+from shoed.store.statedir import StorageError
 
 EFFECT_WRITE_DELAY_S = 0.2  # the longest an effect waits in memory when the broker is away
 # After a PUBACK the effect is written at once when the last effect write is at least
