@@ -4,7 +4,9 @@
      ├── CardNotationError          core: a card string that is not rank + suit
      ├── RulesError                 core: a hand the drawing rules cannot accept
      ├── ConfigError                config: a key with a value that cannot be used
-     ├── StorageError               store.journal: the journal cannot be read or written
+     ├── StorageError               store.statedir: the journal cannot be read or written
+     │    ├── JournalDamaged        the journal is damaged, missing or foreign: no fresh start
+     │    └── JournalInUse          another daemon holds the state directory's lock
      ├── TransportLost              device: the shoe went away (unplugged, pty closed, I/O)
      ├── BrokerError                mqtt: the broker cannot be used
      │    ├── NotABroker            mqtt.url answers, but not as an MQTT broker
