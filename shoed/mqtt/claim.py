@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import json
 import math
-import time
+from collections.abc import Callable
 from typing import Any
 
 import aiomqtt
@@ -26,7 +26,15 @@ from shoed.errors import BrokerError
 from shoed.store.recorder import Recorder
 
 PROBE_WAIT_S = 0.3  # a retained message comes right after the SUBACK, or there is none
-LIVE_S = 120.0  # a live daemon republishes its status every 30 s
+# A live daemon republishes its status at least every 30 s (RETAINED_EVERY_S), each with a
+# new `ts`: one whose `ts` this daemon has seen unchanged for LIVE_S (on its own monotonic
+# clock: another machine's wall clock may be minutes off) is a dead daemon's.
+LIVE_S = 120.0
+# After a conflict, a root found without any status (a broker restarted without its
+# retained messages) is watched this long before it is taken: the daemon that holds it
+# republishes its status when it reconnects, and at least every 30 s.
+CONFIRM_S = 35.0
+WATCH_STEP_S = 5.0  # a watch says it is alive at least this often
 
 
 class RootTaken(BrokerError):
@@ -80,32 +88,99 @@ def side_connection_args(args: dict[str, Any], name: str) -> dict[str, Any]:
     return side
 
 
+class StatusesSeen:
+    """Each other daemon's status `ts` and when this daemon first saw it (monotonic): a
+    status is live until its `ts` has stood still for LIVE_S here. No wall clock of
+    another machine is compared with ours (table PCs' clocks may be minutes apart)."""
+
+    KEPT = 16
+
+    def __init__(self) -> None:
+        self._first_seen: dict[tuple[str, str], float] = {}
+
+    def live(self, body: dict[str, Any], now: float) -> bool:
+        key = (str(body.get("run_id")), repr(body.get("ts")))
+        first = self._first_seen.setdefault(key, now)
+        if len(self._first_seen) > self.KEPT:
+            del self._first_seen[next(iter(self._first_seen))]
+        return now - first < LIVE_S
+
+
 async def check_root(args: dict[str, Any], root: str, run_id: str,
-                     online_since: float | None, instance: str | None = None) -> None:
+                     online_since: float | None, instance: str | None = None, *,
+                     seen: StatusesSeen | None = None, confirm_s: float = 0.0,
+                     alive: Callable[[], None] | None = None) -> None:
     """Raise RootTaken when another live daemon holds `root`. A status of this journal's
     own `instance` is this daemon's previous run (the journal's lock admits one daemon),
-    e.g. one whose offline status never reached the broker: not a conflict."""
+    e.g. one whose offline status never reached the broker: not a conflict.
+
+    A status is live until its `ts` has stood still for LIVE_S in `seen` (kept by the
+    caller across looks). `confirm_s`: when the root has no status at all, keep watching
+    it this long (the caller's conflict may still be on, behind a broker that lost its
+    retained messages); a status that says offline ends the watch at once."""
+    seen = seen if seen is not None else StatusesSeen()
+    loop = asyncio.get_running_loop()
     probe_args = side_connection_args(args, f"probe-{run_id}")
-    body: dict[str, Any] = {}
     async with aiomqtt.Client(**probe_args) as probe:
         await probe.subscribe(f"{root}/status", qos=1)
-        reader = asyncio.ensure_future(anext(aiter(probe.messages)))
-        try:
-            done, _ = await asyncio.wait((reader,), timeout=PROBE_WAIT_S)
-        finally:
-            reader.cancel()
-        if reader in done and not reader.cancelled() and reader.exception() is None:
-            with contextlib.suppress(ValueError, TypeError):
-                body = dict(json.loads(reader.result().payload))
+        messages = aiter(probe.messages)
+        until = loop.time() + PROBE_WAIT_S
+        first = True
+        watching = False  # nothing was retained: the conflict's watch (confirm_s) runs
+        while True:
+            body = await _next_status(messages, min(until - loop.time(), WATCH_STEP_S))
+            if alive is not None:
+                alive()  # a long watch is progress, not a stuck connection loop
+            if body is None:
+                if loop.time() < until:
+                    continue
+                if first and confirm_s > PROBE_WAIT_S:
+                    until = loop.time() + confirm_s - PROBE_WAIT_S  # nothing retained
+                    first, watching = False, True
+                    continue
+                return  # nothing (more) came: the root is free
+            first = False
+            taken = _taken_by(body, run_id, online_since, instance, seen, loop.time())
+            if taken:
+                raise RootTaken(root, run_id, body)
+            if not watching or not body.get("online") or loop.time() >= until:
+                return
+
+
+async def _next_status(messages: Any, timeout: float) -> dict[str, Any] | None:
+    """The next `status` body within `timeout` seconds (an unreadable one as {}), or None.
+    A probe connection that broke raises (it proves nothing about the root)."""
+    if timeout <= 0:
+        return None
+    reader = asyncio.ensure_future(anext(messages))
+    try:
+        done, _ = await asyncio.wait((reader,), timeout=timeout)
+    finally:
+        reader.cancel()
+    if reader not in done or reader.cancelled():
+        return None
+    error = reader.exception()
+    if isinstance(error, StopAsyncIteration):
+        raise BrokerError("the probe's connection ended while it watched the root")
+    if error is not None:
+        raise error
+    with contextlib.suppress(ValueError, TypeError):
+        return dict(json.loads(reader.result().payload))
+    return {}
+
+
+def _taken_by(body: dict[str, Any], run_id: str, online_since: float | None,
+              instance: str | None, seen: StatusesSeen, now: float) -> bool:
+    """Does this status show another live daemon that keeps the root?"""
     other = body.get("run_id")
     if not body.get("online") or other in (None, run_id):
-        return
+        return False
     if instance is not None and body.get("instance") == instance:
-        return
-    fresh = time.time() - _seconds(body.get("ts")) < LIVE_S
+        return False
+    if not _seconds(body.get("ts")):
+        return False  # its time is no number: nobody's claim (anyone may write there)
     first = online_since is None or _seconds(body.get("online_since")) <= online_since
-    if fresh and first:
-        raise RootTaken(root, run_id, body)
+    return first and seen.live(body, now)
 
 
 def _seconds(value: Any) -> float:
@@ -128,6 +203,13 @@ class TakeoverWatch:
     def __init__(self) -> None:
         self.connected_at: float | None = None  # loop time the connection was made
         self._short_drops: list[float] = []  # loop times of short connections' ends
+
+    def attempt_failed(self) -> None:
+        """A connection attempt failed (refused, unreachable, no CONNACK): the broker
+        was away, which a takeover never causes; the short connections before it were
+        a broker restarting or a network flapping, not another client (outside review:
+        four broker restarts raised `table_id_conflict`)."""
+        self._short_drops.clear()
 
     def evidence(self, disconnect_reason: Any, now: float) -> str | None:
         """Why the connection that ended at `now` was taken over, or None."""

@@ -33,9 +33,11 @@ from shoed.errors import BrokerError, NotABroker, PublishRefused
 from shoed.mqtt import acks
 from shoed.mqtt.brokers import BrokerList, connect_failure
 from shoed.mqtt.claim import (
+    CONFIRM_S,
     RootClaim,
     RootTaken,
     SessionTakenOver,
+    StatusesSeen,
     TakeoverWatch,
     check_root,
     side_connection_args,
@@ -86,6 +88,7 @@ class MqttService:
         # only once a new connection has held for CONFLICT_BACKOFF_S.
         self._taken_over = False
         self.takeovers = TakeoverWatch()
+        self.statuses_seen = StatusesSeen()  # other daemons' status ts, when first seen
         self.session_present: bool | None = None
         self.publisher = Publisher(self.root, outbox, status, self._props,
                                    settings.mqtt.publish_timeout_s, state, retained,
@@ -212,17 +215,28 @@ class MqttService:
         """One connection, until it breaks (raises)."""
         args = self.client_args()
         try:
+            # In a conflict, a root without any status is watched before it is taken
+            # (a broker that lost its retained messages: the other daemon says so again).
             await check_root(args, self.root, self.status.run_id, self.status.online_since,
-                             self.status.instance)
+                             self.status.instance, seen=self.statuses_seen,
+                             confirm_s=CONFIRM_S if self.claim.raised else 0.0,
+                             alive=self._alive)
             if not self._taken_over:
                 self._conflict_over()
             client = aiomqtt.Client(**args)
             self._watch_connack(client)
             await client.__aenter__()
+        except RootTaken:
+            raise
         except aiomqtt.MqttCodeError:
+            self.takeovers.attempt_failed()
             raise  # a broker that answered and refused (credentials, ACL, protocol)
         except aiomqtt.MqttError as error:
+            self.takeovers.attempt_failed()
             raise connect_failure(self.url, error, args["timeout"]) from error
+        except (OSError, BrokerError):
+            self.takeovers.attempt_failed()
+            raise
         try:
             await self._connected(client)
         except PublishRefused:
