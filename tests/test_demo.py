@@ -22,7 +22,7 @@ import aiomqtt
 import pytest
 
 from shoed.core.roads import RoadsFeed
-from shoed.sim.broker import PrivateMosquitto
+from shoed.sim.broker import PrivateMosquitto, free_port
 
 FAST = ["--pace", "0.03", "--betting-time", "0.2", "--supervisor-delay", "0.4",
         "--no-console"]
@@ -389,3 +389,21 @@ def test_a_demo_option_that_cannot_be_used_is_named_not_a_traceback(
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done
     assert f"shoed demo: {named}" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_config_without_a_table_id_is_a_demo_table_and_a_page_that_cannot_connect_is_said(
+        tmp_path: pathlib.Path, demos: list[Demo], broker: PrivateMosquitto) -> None:
+    """`--config` with a broker and no `[table] id`: the demo is table DEMO, not the
+    config default T01, whose topics may be a real table's (outside review). The broker
+    (the test's, no WebSockets) is kept and the console's dead URL is said so."""
+    config = tmp_path / "demo.toml"
+    config.write_text(f'[mqtt]\nurl = "{broker.url}"\n[console]\nws_url = '
+                      f'"ws://127.0.0.1:{free_port()}"\n')
+    with_console = [a for a in FAST if a != "--no-console"]
+    demo = start(demos, tmp_path, "--config", str(config), "--unread-rate", "0",
+                 "--console-listen", f"127.0.0.1:{free_port()}", *with_console)
+    demo.wait_for(r"^hand 1: ")
+    assert "topics shoed/DEMO/#" in demo.text and "T01" not in demo.text
+    assert re.search(r"console: nothing answers at\s+ws://127\.0\.0\.1:\d+", demo.text)
+    assert demo.interrupt() == 0
+    assert_clean(demo)

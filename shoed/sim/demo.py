@@ -731,10 +731,13 @@ async def _demo(args: argparse.Namespace) -> int:
     daemon: Daemon | None = None
     pty: PtyShoe | None = None
     view: TableView | None = None
-    # The table: --table, else the config's (with its topic prefix), else DEMO (or the
-    # first free DEMOn on a shared broker).
-    fixed: str | None = args.table or (settings.table.id if args.config else None)
-    if args.table or not args.config:
+    # The table: --table, else the config's (with its topic prefix) when it names one,
+    # else DEMO (or the first free DEMOn on a shared broker). Never the default T01 of a
+    # config without `[table] id` (outside review: that would put simulated hands on a
+    # real table's topics whenever its daemon is stopped).
+    named = args.config and "id" in settings.table.model_fields_set
+    fixed: str | None = args.table or (settings.table.id if named else None)
+    if args.table or not named:
         settings = _with(settings, table={"id": fixed or DEMO_TABLE},
                          mqtt={"topic_prefix": None})
     try:
@@ -749,6 +752,15 @@ async def _demo(args: argparse.Namespace) -> int:
                 own = True
                 why = (f"the broker at {settings.mqtt.urls[0]} has no WebSockets listener "
                        f"for the console ({ws.geturl()})")
+        elif not own and not args.no_console:
+            # A broker the user chose: it is kept, but a page that can never connect is
+            # said so (outside review: the console's URL was printed without a word).
+            ws = urllib.parse.urlsplit(console_ws_url(settings))
+            if not answers(ws.hostname or host, ws.port or 9001):
+                banner.append(f"console: nothing answers at {ws.geturl()}, where the page "
+                              f"would reach the broker over WebSockets: the page cannot "
+                              f"connect. Give the broker's WebSockets URL as [console] "
+                              f"ws_url in a --config, or use --own-broker")
         if own:
             broker = PrivateMosquitto(websockets=True)
             try:

@@ -18,6 +18,17 @@ function banner(state, detail) {
   document.body.dataset.connection = state;
 }
 
+// A message the page could not show was skipped; the rest stays live (link.js).
+function dataError(topic, reason) {
+  const el = document.getElementById("data-error");
+  el.hidden = topic === null;
+  if (topic === null) { delete el.dataset.topic; return; }
+  el.dataset.topic = topic;
+  el.textContent = `A message on ${topic} could not be shown and was skipped ` +
+    `(${reason}); what it would have changed may be missing until the next one. ` +
+    `${new Date().toLocaleTimeString()}`;
+}
+
 function start(config, login) {
   const params = new URLSearchParams(location.search);
   const wanted = params.get("table");
@@ -40,6 +51,7 @@ function start(config, login) {
     document.title = "Pit \u2014 shoed console";
     pitPage(config, link, view);
   }
+  link.onBadMessage = dataError;
   window.shoedLink = link;
   link.connect();
 }

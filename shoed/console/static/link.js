@@ -14,6 +14,13 @@ export class Link {
     this.connectHooks = [];
     this.connected = false;
     this.state = "connecting";
+    // A message that cannot be shown (not JSON, or a handler that throws on its shape) is
+    // skipped and reported here: onBadMessage(topic, reason), and onBadMessage(null) once
+    // every topic that had one has shown a good message again. A throw must never reach
+    // mqtt.js: it would leave the packet unfinished, and the page would read nothing more
+    // until the keepalive dropped the connection, looking live all the while.
+    this.onBadMessage = () => {};
+    this.badTopics = new Map(); // topic -> reason
   }
 
   connect() {
@@ -47,15 +54,37 @@ export class Link {
         this.client.end(true);
       }
     });
-    this.client.on("message", (topic, payload, packet) => {
-      const list = this.handlers.get(topic);
-      if (!list) return;
-      let data = null;
-      if (payload && payload.length) {
-        try { data = JSON.parse(new TextDecoder().decode(payload)); } catch { return; }
+    this.client.on("message", (topic, payload, packet) => this._deliver(topic, payload, packet));
+  }
+
+  _deliver(topic, payload, packet) {
+    const list = this.handlers.get(topic);
+    if (!list) return;
+    let data = null;
+    if (payload && payload.length) {
+      try {
+        data = JSON.parse(new TextDecoder().decode(payload));
+      } catch (err) {
+        this._bad(topic, "not JSON");
+        return;
       }
-      for (const fn of list) fn(data, topic, packet);
-    });
+    }
+    let failed = null;
+    for (const fn of list) {
+      try {
+        fn(data, topic, packet);
+      } catch (err) {
+        failed = failed || (err && err.message) || String(err);
+        console.error(`shoed console: a message on ${topic} could not be shown`, err);
+      }
+    }
+    if (failed) this._bad(topic, failed);
+    else if (this.badTopics.delete(topic) && this.badTopics.size === 0) this.onBadMessage(null);
+  }
+
+  _bad(topic, reason) {
+    this.badTopics.set(topic, reason);
+    this.onBadMessage(topic, reason);
   }
 
   _set(state, detail = "") {

@@ -1,6 +1,7 @@
 // The pit page: every table's state, last result and big road, alarms highlighted.
 import { h, put, human } from "./dom.js";
 import { bigRoad } from "./roads.js";
+import { checkEvent, checkObject, checkRoads, checkState } from "./shape.js";
 
 class Tile {
   constructor(table, link) {
@@ -9,10 +10,12 @@ class Tile {
       onclick: () => { location.href = `/?table=${encodeURIComponent(table.table_id)}`; } });
     this.status = null; this.state = null; this.roads = null; this.result = null;
     const root = table.root;
-    link.subscribe(`${root}/status`, (d) => { this.status = d; this.render(); });
-    link.subscribe(`${root}/state`, (d) => { this.state = d; this.render(); });
-    link.subscribe(`${root}/roads`, (d) => { this.roads = d; this.render(); });
+    // Each message is checked (shape.js) before it replaces the last good one.
+    link.subscribe(`${root}/status`, (d) => { this.status = d && checkObject(d, "status"); this.render(); });
+    link.subscribe(`${root}/state`, (d) => { this.state = d && checkState(d); this.render(); });
+    link.subscribe(`${root}/roads`, (d) => { this.roads = d && checkRoads(d); this.render(); });
     link.subscribe(`${root}/events`, (e) => {
+      if (e) checkEvent(e);
       if (e && e.type === "hand_result") { this.result = e; this.render(); }
       if (e && e.type === "shoe_started") { this.result = null; this.render(); }
     });

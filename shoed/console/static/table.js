@@ -3,6 +3,7 @@
 import { h, put, cardEl, baccaratValue, human, fmtTime, fmtAgo, cardLabel, isRed } from "./dom.js";
 import { scoreboard } from "./roads.js";
 import { Commander } from "./link.js";
+import { checkEvent, checkObject, checkRoads, checkState } from "./shape.js";
 
 const PLAYER = ["P1", "P2", "P3"];
 const BANKER = ["B1", "B2", "B3"];
@@ -20,6 +21,10 @@ const RELEASE = {
   excess_card: "A card too many: enter it, realign, or void the hand.",
   duplicate_uid: "A card identity seen twice: enter the card, or void the hand.",
   shoe_unshuffled: "The shoe's order looks unshuffled: look at the cards, then resume, void the hand or void the shoe.",
+  cards_lost: "Frames from the shoe were lost, so a card may be missing: check the cards on the layout against those shown, then resume, realign or void the hand.",
+  incomplete_pull: "A multi-card pull came in part: check the cards on the layout against those shown, then resume, realign or void the hand.",
+  device_rebooted: "The shoe restarted during the hand: check the cards on the layout against those shown, then resume, realign or void the hand.",
+  cover_open: "The shoe's cover was opened during the hand: check the shoe and the cards, then resume or void the hand.",
 };
 const NEEDS_REASON = new Set(["void_hand", "void_shoe"]);
 
@@ -43,11 +48,12 @@ export class TablePage {
     this.cmd = new Commander(link, root, username, config.whoami_timeout_s,
       () => this.renderControls());
     this.build();
-    link.subscribe(`${root}/status`, (d) => { this.status = d; this.renderHealth(); this.renderHeader(); this._maybeWhoami(); });
-    link.subscribe(`${root}/device`, (d) => { this.device = d; this.renderHealth(); });
-    link.subscribe(`${root}/state`, (d) => this.onState(d));
-    link.subscribe(`${root}/roads`, (d) => { this.roads = d; this.renderBoard(); });
-    link.subscribe(`${root}/events`, (d) => this.onEvent(d));
+    // Each message is checked (shape.js) before it replaces the last good one.
+    link.subscribe(`${root}/status`, (d) => { this.status = d && checkObject(d, "status"); this.renderHealth(); this.renderHeader(); this._maybeWhoami(); });
+    link.subscribe(`${root}/device`, (d) => { this.device = d && checkObject(d, "device"); this.renderHealth(); });
+    link.subscribe(`${root}/state`, (d) => this.onState(d && checkState(d)));
+    link.subscribe(`${root}/roads`, (d) => { this.roads = d && checkRoads(d); this.renderBoard(); });
+    link.subscribe(`${root}/events`, (d) => this.onEvent(d && checkEvent(d)));
     link.onConnect(() => { this.cmd.mode = this.cmd.mode === "per_user" ? "per_user" : "pending"; this._askAll(); });
     setInterval(() => this.renderHealth(), 5000);
   }
