@@ -32,6 +32,9 @@ class TableStatus:
         self.broker_url: str | None = None  # the broker of mqtt.url in use (None: none)
         self.storage_ok = True
         self.storage_error: str | None = None
+        # The journal failed its integrity check after READY: written on, refused at the
+        # next start (what was found, else None).
+        self.journal_corrupt: str | None = None
         self.last_seen: float | None = None  # wall time of the shoe's latest frame
         self.last_publish: float | None = None  # wall time of the latest PUBACK
         self.failing: dict[str, str] = {}  # supervised task -> why it is down
@@ -75,6 +78,9 @@ class TableStatus:
         warnings = [] if synced is not False else ["system clock not synchronised"]
         if not self.storage_ok:
             warnings.append("journal cannot be written: nothing is ACKed")
+        if self.journal_corrupt:
+            warnings.append(f"journal corrupt ({self.journal_corrupt}): the next start "
+                            f"refuses it; plan a new journal (shoed run --new-journal)")
         warnings += [f"{name} down: {why}" for name, why in sorted(self.failing.items())]
         return {
             "online": True, "table_id": self.table_id, "version": __version__,
@@ -82,6 +88,7 @@ class TableStatus:
             "device_connected": self.device_connected, "mqtt_connected": self.mqtt_connected,
             "broker_url": self.broker_url,
             "storage_ok": self.storage_ok, "storage_error": self.storage_error,
+            "journal_corrupt": self.journal_corrupt,
             "outbox": self.outbox_depth(), "last_publish": self.last_publish,
             "clock_synchronised": synced, "warnings": warnings, "ts": time.time(),
         }
@@ -103,6 +110,8 @@ class TableStatus:
                 f"broker {broker}, outbox {self.outbox_depth()}, last publish {last}")
         if not self.storage_ok:
             text += ", STORAGE FAILED"
+        if self.journal_corrupt:
+            text += f", JOURNAL CORRUPT: {self.journal_corrupt}"
         if self.conflict:
             text += f", CONFLICT: {self.conflict}"
         for name, why in sorted(self.failing.items()):

@@ -9,6 +9,7 @@ instance id.
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import shutil
@@ -354,10 +355,24 @@ def test_daemon_runs_the_full_check_after_ready_and_logs_what_it_finds(
         f.seek((pages[len(pages) // 2] - 1) * size)
         f.write(b"\xee" * 64)
     settings = make_settings(state, "mqtt://127.0.0.1:1")
-    recorder = Recorder.open(settings, Daemon(settings).engine_config, TableStatus("T9"),
+    status = TableStatus("T9")
+    recorder = Recorder.open(settings, Daemon(settings).engine_config, status,
                              logs.get("shoed"))  # a clean stop: no check before READY
     capsys.readouterr()
     asyncio.run(recorder.integrity_check())  # the task run() starts after READY
+    # Not only logged (outside review: status and STATUS= said storage was fine, and the
+    # stream had nothing, until the next start refused the journal): the status, the
+    # STATUS= line and a held alarm in the stream say it; storage still works.
+    assert status.journal_corrupt and status.storage_ok
+    assert "JOURNAL CORRUPT" in status.line()
+    assert any("journal corrupt" in w for w in status.payload()["warnings"])
+    assert status.payload()["journal_corrupt"] == status.journal_corrupt
+    (alarm,) = [a for a in recorder.engine.public_state()["alarms"]
+                if a["code"] == "journal_corrupt"]
+    assert alarm["ackable"] is False
+    bodies = [json.loads(body) for _, body in recorder.outbox.fresh]  # to the publisher
+    raised = [e for e in bodies if e["type"] == "alarm" and e["code"] == "journal_corrupt"]
+    assert [e["active"] for e in raised] == [True] and "--new-journal" in raised[0]["message"]
     recorder.journal.close()
     out = capsys.readouterr().out
     assert '"journal_corrupt"' in out and '"level": "error"' in out, out

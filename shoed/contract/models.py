@@ -23,7 +23,7 @@ KNOWN_ALARM_CODES: tuple[str, ...] = (
     "incomplete_pull", "bad_payload", "protocol_mismatch", "device_lost", "device_rebooted",
     "device_fault", "storage_failed", "shoe_loaded_in_play", "cut_card_in_commencement",
     "card_exposed_during_betting", "shoe_unshuffled", "shoe_order_suspect",
-    "table_id_conflict", "engine_error",
+    "table_id_conflict", "engine_error", "journal_corrupt",
 )
 
 ROLES = ("game_server", "auditor", "supervisor")
@@ -47,6 +47,9 @@ class Status(_Open):
                                    "status was published through (one of the list)")
     storage_ok: bool
     storage_error: str | None
+    # The journal failed its integrity check while the daemon ran: what was found (the
+    # next start refuses the journal; alarm `journal_corrupt` is held meanwhile). Added.
+    journal_corrupt: str | None = None
     outbox: int = Field(description="events journalled and not yet acknowledged by the broker")
     clock_synchronised: bool | None
     warnings: list[str]

@@ -84,6 +84,7 @@ from .inputs import (
     DeviceShoeLoaded,
     Input,
     InputBase,
+    JournalCorrupt,
     Notice,
     RootConflict,
     StorageStatus,
@@ -564,6 +565,8 @@ class Engine:
                 self._alarm_raise("storage_failed", "storage_failed", inp.message)
         elif isinstance(inp, RootConflict):
             self._on_root_conflict(inp)
+        elif isinstance(inp, JournalCorrupt):
+            self._alarm_raise("journal_corrupt", "journal_corrupt", inp.message)
         elif isinstance(inp, Tick) and pulls.timed_out(self._state, inp):
             self._flush_pull_incomplete(f"no next item for {pulls.PULL_TIMEOUT_S:g} s")
 

@@ -105,6 +105,16 @@ class RootConflict(InputBase):
     message: str
 
 
+class JournalCorrupt(InputBase):
+    """The journal failed SQLite's integrity check while the daemon ran (the check after
+    READY). It is still written and read (the damage is in pages already there); the
+    next start refuses it. The engine holds alarm `journal_corrupt` for the rest of this
+    journal's life, so the pit and the stream know before that start."""
+
+    kind: Literal["journal_corrupt"] = "journal_corrupt"
+    message: str
+
+
 class Tick(InputBase):
     """Time passed: lets the 3 s incomplete-pull timeout fire (see Engine.next_deadline)."""
 
@@ -121,7 +131,7 @@ class CommandInput(InputBase):
 
 Input = Annotated[
     DeviceHello | DeviceShoeLoaded | DeviceItem | DeviceFault | DeviceGap | DeviceLink
-    | Notice | StorageStatus | RootConflict | Tick | CommandInput,
+    | Notice | StorageStatus | RootConflict | JournalCorrupt | Tick | CommandInput,
     Field(discriminator="kind"),
 ]
 INPUT_ADAPTER: TypeAdapter[Input] = TypeAdapter(Input, config=ConfigDict(defer_build=True))

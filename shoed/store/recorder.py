@@ -32,7 +32,8 @@ from shoed.config import Settings
 from shoed.core.config import EngineConfig
 from shoed.core.engine import Engine, Output
 from shoed.core.events import event_json
-from shoed.core.inputs import INPUT_ADAPTER, Input, StorageStatus
+from shoed.core.inputs import INPUT_ADAPTER, Input, JournalCorrupt, StorageStatus
+from shoed.device.inputs import stamp
 from shoed.status import TableStatus
 from shoed.store.journal import Journal
 from shoed.store.outbox import Outbox
@@ -385,10 +386,21 @@ class Recorder:
         """SQLite's full integrity check once after READY, in a thread on a read-only
         connection of its own, at the idle priority: it never holds up READY or a card
         (docs/reliability.md).
-        A problem is logged and recorded beside the journal: the next start refuses it."""
+        A problem is logged and recorded beside the journal (the next start refuses it),
+        shown in the status and `STATUS=`, and held as alarm `journal_corrupt` in the
+        stream: the table deals on, and the pit knows before that start."""
         found = await in_background_thread(self.journal.integrity_check, "integrity_check")
         if found:
-            self.log.error("journal_corrupt", path=str(self.journal.path), problems=found)
+            what = "; ".join(found)[:300]
+            self.log.error("journal_corrupt", path=str(self.journal.path), problems=found,
+                           action="dealing goes on; the next start refuses this journal")
+            self.status.set(journal_corrupt=what)
+            message = (f"the journal {self.journal.path} failed SQLite's integrity check "
+                       f"({what}); the daemon goes on, and its next start refuses the "
+                       f"journal: plan `shoed run --new-journal`")
+            if self.commit([JournalCorrupt(**stamp(self.uptime), message=message)]) is None:
+                self.log.warning("journal_corrupt_not_journalled",
+                                 error=self.status.storage_error)
 
     def close(self) -> None:
         """The pending effect and a snapshot covering every applied input, then close
