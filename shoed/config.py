@@ -176,6 +176,11 @@ def topic_prefix_problem(value: str) -> str | None:
         return "must not contain the MQTT wildcards '#' or '+'"
     if "\x00" in value:
         return "must not contain a NUL character"
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+        return "must not contain control characters (a tab, a line break)"
+    if any(level != level.strip() for level in value.split("/")):
+        # Legal MQTT, but a stray space is a typo that no ACL or subscriber matches.
+        return "must not have a level that starts or ends with a space"
     if value.startswith("/") or value.endswith("/"):
         return "must not start or end with '/'"
     if "//" in value:

@@ -157,3 +157,19 @@ def test_parse_broker_url() -> None:
                                                                8884, True)
     with pytest.raises(ValueError, match="port 0"):
         parse_broker_url("mqtt://host:0")
+
+
+def test_a_broker_that_answered_before_and_now_sends_no_connack_hangs() -> None:
+    """No CONNACK in time from a URL that gave one earlier in this run is a broker that
+    hangs (stopped, overloaded), not "not an MQTT broker" (outside review: a SIGSTOPped
+    Mosquitto was reported as not a broker, at error level, five times)."""
+    import aiomqtt
+
+    from shoed.errors import BrokerError, NotABroker
+    from shoed.mqtt.brokers import connect_failure
+
+    error = aiomqtt.MqttError("Operation timed out")
+    hung = connect_failure("mqtt://127.0.0.1:1883", error, 5.0, answered_before=True)
+    assert type(hung) is BrokerError and "answered as a broker before" in str(hung)
+    stranger = connect_failure("mqtt://127.0.0.1:1883", error, 5.0)
+    assert isinstance(stranger, NotABroker) and "is it an MQTT broker?" in str(stranger)

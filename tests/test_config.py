@@ -268,10 +268,11 @@ def test_auth_refuses_unknown_roles_and_wildcard_users(tmp_path) -> None:
     with pytest.raises(ConfigError, match="a\\+b"):
         load_settings(wild)
 @pytest.mark.parametrize("prefix", ["a/#", "#", "casino/+/T1", "a//b", "/casino/T1",
-                                    "casino/T1/", "", "$SYS/T1", "a\x00b"])
+                                    "casino/T1/", "", "$SYS/T1", "a\x00b", " ", "shoed/T01 ",
+                                    " shoed/T01", "shoed/ T01", "a\tb", "a\nb"])
 def test_unusable_topic_prefix_is_refused_naming_key_and_value(
         tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], prefix: str) -> None:
-    shown = prefix.replace("\x00", "\\u0000")
+    shown = prefix.replace("\x00", "\\u0000").replace("\t", "\\t").replace("\n", "\\n")
     path = write(tmp_path, f'[mqtt]\ntopic_prefix = "{shown}"\n')
     with pytest.raises(ConfigError, match=r"mqtt\.topic_prefix") as caught:
         load_settings(path)

@@ -125,10 +125,12 @@ def refused_subscription(granted: Sequence[object]) -> str | None:
     return None
 
 
-def connect_failure(url: str, error: Exception, timeout: float) -> Exception:
+def connect_failure(url: str, error: Exception, timeout: float,
+                    answered_before: bool = False) -> Exception:
     """What a failed connect to `url` means: unreachable (the socket's error), or
     something that is not an MQTT broker (no CONNACK within `timeout`, or bytes that are
-    not MQTT). `error` is the MQTT client's (aiomqtt's MqttError)."""
+    not MQTT), unless it `answered_before` as a broker: then it is a broker that hangs.
+    `error` is the MQTT client's (aiomqtt's MqttError)."""
     # Here, not at the top: shoed.errors imports shoed.config, which imports this module.
     from shoed.errors import BrokerError, NotABroker
 
@@ -136,6 +138,10 @@ def connect_failure(url: str, error: Exception, timeout: float) -> Exception:
     if text == "timed out":  # the socket's connect (aiomqtt passes its OSError on)
         return BrokerError(f"mqtt.url {url}: the connection was not answered in "
                            "time: the host is off or unreachable, or a firewall drops it")
+    if "timed out" in text and answered_before:
+        return BrokerError(f"mqtt.url {url} accepted the connection but sent no MQTT "
+                           f"CONNACK within {timeout:g} s; it answered as a broker "
+                           f"before: it hangs or is overloaded")
     if "timed out" in text:  # aiomqtt's wait for the CONNACK
         return NotABroker(f"mqtt.url {url} accepted the connection but sent no "
                           f"MQTT CONNACK within {timeout:g} s: is it an MQTT broker?")

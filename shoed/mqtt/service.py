@@ -88,6 +88,7 @@ class MqttService:
         # only once a new connection has held for CONFLICT_BACKOFF_S.
         self._taken_over = False
         self.takeovers = TakeoverWatch()
+        self._answered: set[str] = set()  # broker URLs that sent a CONNACK this run
         self.statuses_seen = StatusesSeen()  # other daemons' status ts, when first seen
         self.session_present: bool | None = None
         self.publisher = Publisher(self.root, outbox, status, self._props,
@@ -233,7 +234,8 @@ class MqttService:
             raise  # a broker that answered and refused (credentials, ACL, protocol)
         except aiomqtt.MqttError as error:
             self.takeovers.attempt_failed()
-            raise connect_failure(self.url, error, args["timeout"]) from error
+            raise connect_failure(self.url, error, args["timeout"],
+                                  answered_before=self.url in self._answered) from error
         except (OSError, BrokerError):
             self.takeovers.attempt_failed()
             raise
@@ -289,6 +291,7 @@ class MqttService:
         self.client = client
         self.connects += 1
         self.brokers.connected()
+        self._answered.add(self.url)
         limit = getattr(self._connack, "MaximumPacketSize", None) if self.v5 else None
         self.desk.max_packet = int(limit or self.settings.commands.max_packet_size)
         # Retain As Published: a retained command shows its flag (and is never applied).
