@@ -152,3 +152,27 @@ def test_the_recorded_dedup_state_is_what_json_dumps_writes_and_reads_back(
     written = dedup_json(DedupState(boot, last))
     assert written == json.dumps([boot, last])
     assert json.loads(written) == [boot, last]
+
+
+def test_a_second_open_is_refused_even_with_the_lock_file_removed(tmp_path) -> None:
+    """The database file's own flock: with `journal.lock` deleted (or replaced) while a
+    daemon runs, a second daemon takes a new lock file, and must still be refused before
+    it reads or writes the journal (outside review: it opened the same journal, then
+    failed on `UNIQUE constraint failed: inputs.id`)."""
+    import pytest
+
+    from shoed.store.statedir import JournalInUse
+
+    state = tmp_path / "state"
+    first = Journal(state)
+    try:
+        (state / "journal.lock").unlink()
+        with pytest.raises(JournalInUse, match="journal.lock was removed or replaced"):
+            Journal(state)
+        with first.transaction():  # the first is untouched
+            first.add_event(1, "T9-x-1", "card", "{}")
+    finally:
+        first.close()
+    again = Journal(state)  # closed: the database's lock went with it
+    assert again.event_range() == (1, 1)
+    again.close()

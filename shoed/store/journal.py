@@ -22,6 +22,7 @@ on an uptime kept here (shoed/store/uptime.py), and forgotten only when old by b
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import os
@@ -37,6 +38,7 @@ from typing import Any
 from .check import (
     DB_NAME,
     ID_NAME,
+    LOCK_NAME,
     frames_lost,
     inspect_files,
     move_aside,
@@ -53,6 +55,7 @@ from .records import (
 )
 from .statedir import (
     JournalDamaged,
+    JournalInUse,
     StorageError,
     failure_cause,
     lock_state_dir,
@@ -229,6 +232,7 @@ class Journal:
         self.was_clean = False  # the last stop closed the journal (clean_stop = 1)
         self.quick_checked = False  # SQLite's quick_check ran at this open
         self.recovered_records = 0  # record log entries the database lacked at this open
+        self._db_lock: int | None = None  # the flock on the database file (_lock_db)
         self._lock_fd: int | None = lock_state_dir(directory)
         try:
             try:
@@ -264,10 +268,32 @@ class Journal:
     def _damaged(self, *problems: str) -> JournalDamaged:
         return JournalDamaged(self.path, list(problems))
 
+    def _lock_db(self) -> None:
+        """An exclusive flock on the database file itself, held while it is open: the
+        state directory's lock file can be removed or replaced while a daemon runs
+        (outside review: a second daemon then opened the same journal). SQLite's own
+        locks are POSIX locks, which flock does not touch."""
+        if self._db_lock is not None or not self.path.exists():
+            return
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as error:
+            raise StorageError(f"journal {self.path}: {error.strerror}") from error
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise JournalInUse(f"journal {self.path} is open in another shoed (the lock "
+                               f"file {self.directory / LOCK_NAME} was removed or replaced "
+                               f"while it ran): only one daemon may run per journal"
+                               ) from None
+        self._db_lock = fd
+
     def _open(self) -> None:
         problems = inspect_files(self.path)
         if problems:
             raise self._damaged(*problems)
+        self._lock_db()  # before anything reads it: another daemon may be writing it
         existed = self.path.exists()
         if existed and self.path.stat().st_size == 0:
             raise self._damaged(f"{self.path} is empty (0 bytes): truncated")
@@ -283,6 +309,7 @@ class Journal:
         try:
             self._db = db = sqlite3.connect(self.path, isolation_level=None,
                                             check_same_thread=False)
+            self._lock_db()  # a new journal: its file is there now
             os.chmod(self.path, 0o640)
             # 1 KiB pages (for a new journal; an existing one keeps its own): a card's
             # record is a few hundred bytes, and each page it touches is written to the
@@ -370,12 +397,19 @@ class Journal:
         if self._records is not None:
             self._records.close()
             self._records = None
+        if self._db_lock is not None:
+            os.close(self._db_lock)  # the flock goes with it
+            self._db_lock = None
         if self._db is not None:
             with suppress(sqlite3.Error):
                 self._db.close()
             self._db = None
 
     def _unlock(self) -> None:
+        """Both locks go (as the kernel drops them when the process dies)."""
+        if self._db_lock is not None:
+            os.close(self._db_lock)
+            self._db_lock = None
         if self._lock_fd is not None:
             os.close(self._lock_fd)  # the flock goes with it
             self._lock_fd = None
