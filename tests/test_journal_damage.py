@@ -349,7 +349,9 @@ def test_daemon_runs_the_full_check_after_ready_and_logs_what_it_finds(
     from shoed.store.recorder import Recorder
 
     state = tmp_path / "state"
-    clean(state, commits=300)
+    # Dealt through the engine (the daemon's start replays it and must find its events).
+    subprocess.run([sys.executable, "bench/grow_journal.py", "--events", "300", "--state",
+                    str(state)], check=True, capture_output=True, cwd=ROOT)
     pages, size = _leaf_pages(db(state), "events")
     with open(db(state), "r+b") as f:
         f.seek((pages[len(pages) // 2] - 1) * size)
@@ -377,3 +379,71 @@ def test_daemon_runs_the_full_check_after_ready_and_logs_what_it_finds(
     out = capsys.readouterr().out
     assert '"journal_corrupt"' in out and '"level": "error"' in out, out
     refused(state, "integrity_check")
+
+
+@pytest.mark.parametrize("deleted", ["middle", "tail"])
+def test_events_deleted_from_the_journal_are_found_by_the_checks(
+        tmp_path: pathlib.Path, deleted: str) -> None:
+    """SQLite's checks are structural: rows deleted from `events` (a hole in the middle,
+    or the newest ones) passed both, and the daemon started with a permanent hole
+    (outside review). The events kept are one gapless run of seqs: `check-journal` and
+    the check after READY now find the hole, and the next start refuses the journal."""
+    import sqlite3
+
+    state = tmp_path / "state"
+    clean(state, commits=40)
+    conn = sqlite3.connect(db(state))
+    where = "seq BETWEEN 10 AND 20" if deleted == "middle" else "seq > 35"
+    with conn:
+        conn.execute(f"DELETE FROM events WHERE {where}")
+    conn.close()
+    ok, lines = check_journal(state)
+    if deleted == "middle":
+        assert not ok and "11 missing (the first at seq 10)" in lines[0], lines
+        journal = Journal(state)  # a start does not count the events (READY waits not)
+        assert journal.integrity_check() == [
+            "events missing: seq 1..40 holds 29 events, 11 missing (the first at seq 10)"]
+        journal.close()
+        refused(state, "events missing")
+    else:
+        # The newest ones gone leave no hole to see here: the start's replay of the
+        # inputs finds them missing (below, on a journal dealt through the engine).
+        assert ok, lines
+
+
+def test_a_start_whose_inputs_lead_past_the_journals_events_is_refused(
+        tmp_path: pathlib.Path) -> None:
+    """The newest events deleted after a clean stop: the inputs (from the last snapshot)
+    lead to a seq the events do not reach. The start refuses to go on before it makes a
+    permanent hole (outside review: it logged `journal_replay_mismatch` and went on);
+    `--new-journal` moves the journal aside and starts a new one."""
+    import sqlite3
+
+    from rig import make_settings
+
+    from shoed import logs
+    from shoed.daemon import Daemon
+    from shoed.status import TableStatus
+    from shoed.store.recorder import Recorder
+
+    state = tmp_path / "state"
+    subprocess.run([sys.executable, "bench/grow_journal.py", "--events", "300", "--state",
+                    str(state)], check=True, capture_output=True, cwd=ROOT)
+    settings = make_settings(state, "mqtt://127.0.0.1:1")
+    config = Daemon(settings).engine_config
+    # A daemon's clean stop: its last snapshot covers every input.
+    Recorder.open(settings, config, TableStatus("T9"), logs.get("shoed")).close()
+    conn = sqlite3.connect(db(state))
+    with conn:
+        high = conn.execute("SELECT MAX(seq) FROM events").fetchone()[0]
+        conn.execute("DELETE FROM events WHERE seq > ?", (high - 5,))
+    conn.close()
+    with pytest.raises(JournalDamaged, match=f"lead to seq {high}, its events end at "
+                                             f"seq {high - 5}"):
+        Recorder.open(settings, config, TableStatus("T9"), logs.get("shoed"))
+    refused(state, "events missing")  # and again: recorded beside the journal
+    fresh = settings.model_copy(update={"state": settings.state.model_copy(
+        update={"new_journal": True})})
+    recorder = Recorder.open(fresh, config, TableStatus("T9"), logs.get("shoed"))
+    assert recorder.journal.moved_aside is not None and recorder.engine.seq == 0
+    recorder.journal.close()

@@ -220,7 +220,7 @@ def check_journal(path: pathlib.Path) -> tuple[bool, list[str]]:
     connection. Writes nothing but `journal.damaged` when it finds damage that the files
     would no longer show afterwards. Safe while the daemon runs.
     """
-    from .journal import validate
+    from .journal import events_gap, validate
     from .statedir import StorageError
 
     db = path / DB_NAME if path.is_dir() else path
@@ -243,6 +243,7 @@ def check_journal(path: pathlib.Path) -> tuple[bool, list[str]]:
     try:
         conn = sqlite3.connect(db.resolve().as_uri() + "?mode=ro", uri=True)
         try:
+            gap = events_gap(conn)
             low, high = conn.execute("SELECT MIN(seq), MAX(seq) FROM events").fetchone()
             unpublished = conn.execute("SELECT COUNT(*) FROM events WHERE published = 0"
                                        ).fetchone()[0]
@@ -251,6 +252,8 @@ def check_journal(path: pathlib.Path) -> tuple[bool, list[str]]:
             conn.close()
     except sqlite3.Error as error:
         return False, [f"{db}: {error}"]
+    if gap is not None:
+        return False, [f"{db}: {gap}"]
     meta = found.meta
     try:
         waiting = not_in_database(

@@ -124,6 +124,21 @@ CHECKPOINT_EVERY_COMMITS = 1000
 # The uptime is written with the next commit once this old, and by save_uptime().
 UPTIME_SAVE_EVERY_S = 5.0
 REQUEST_MEMORY_S = 86400.0  # request_ids answered again for at least 24 h
+def events_gap(conn: sqlite3.Connection) -> str | None:
+    """What is missing of the events, or None. The events kept are one gapless run of
+    seqs (a prune deletes from the oldest): a hole is damage (rows deleted or lost), which
+    SQLite's own checks, structural only, do not see."""
+    count, low, high = conn.execute("SELECT COUNT(*), MIN(seq), MAX(seq) FROM events"
+                                    ).fetchone()
+    if not count or count == high - low + 1:
+        return None
+    first = conn.execute("SELECT e.seq + 1 FROM events e WHERE e.seq < ? AND NOT EXISTS "
+                         "(SELECT 1 FROM events n WHERE n.seq = e.seq + 1) ORDER BY e.seq "
+                         "LIMIT 1", (high,)).fetchone()
+    return (f"events missing: seq {low}..{high} holds {count} events, "
+            f"{high - low + 1 - count} missing (the first at seq {first[0] if first else '?'})")
+
+
 @dataclass(frozen=True)
 class Validated:
     """What validate() found in a journal that passed."""
@@ -562,6 +577,8 @@ class Journal:
         try:
             conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
             found = [str(r[0]) for r in conn.execute("PRAGMA integrity_check(20)")]
+            if found == ["ok"] and (gap := events_gap(conn)) is not None:
+                found = [gap]
         except sqlite3.OperationalError as error:
             if self._db is None:  # interrupted by close(): nothing was found
                 return []
@@ -574,7 +591,8 @@ class Journal:
         if found == ["ok"]:
             return []
         with suppress(OSError):
-            record_damage(self.directory, "corrupt (SQLite's integrity_check): "
+            record_damage(self.directory, ("" if found[0].startswith("events missing")
+                                           else "corrupt (SQLite's integrity_check): ")
                           + "; ".join(found))
         return found
 

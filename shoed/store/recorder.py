@@ -24,6 +24,7 @@ import asyncio
 import json
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from typing import Any
 
 from firmware_protocol import DedupState
@@ -35,9 +36,10 @@ from shoed.core.events import event_json
 from shoed.core.inputs import INPUT_ADAPTER, Input, JournalCorrupt, StorageStatus
 from shoed.device.inputs import stamp
 from shoed.status import TableStatus
+from shoed.store.check import record_damage
 from shoed.store.journal import Journal
 from shoed.store.outbox import Outbox
-from shoed.store.statedir import StorageError
+from shoed.store.statedir import JournalDamaged, StorageError
 
 EFFECT_WRITE_DELAY_S = 0.2  # the longest an effect waits in memory when the broker is away
 # After a PUBACK the effect is written at once when the last effect write is at least
@@ -124,7 +126,18 @@ class Recorder:
                 replayed += 1
         last_event = journal.event_range()[1]
         if last_event and engine.seq != last_event:
+            # A snapshot is written with every event before it, and the inputs after it
+            # give back the events they made: events are missing (rows deleted or lost).
+            # Going on would leave a hole in the stream for good (outside review).
+            problem = (f"events missing: the journal's inputs lead to seq {engine.seq}, "
+                       f"its events end at seq {last_event}")
             log.error("journal_replay_mismatch", engine_seq=engine.seq, journal_seq=last_event)
+            with suppress(OSError):
+                record_damage(journal.directory, problem)
+            journal.close(clean=False)
+            if settings.state.new_journal:  # the operator's --new-journal: moved aside
+                return cls.open(settings, config, status, log)
+            raise JournalDamaged(journal.path, [problem])
         recorder = cls(journal, engine, status, settings.state.snapshot_every, log)
         dedup = recorder.dedup()
         log.info("journal_restored", path=str(journal.path), snapshot_input=after,
