@@ -167,7 +167,7 @@ def test_a_second_open_is_refused_even_with_the_lock_file_removed(tmp_path) -> N
     first = Journal(state)
     try:
         (state / "journal.lock").unlink()
-        with pytest.raises(JournalInUse, match="journal.lock was removed or replaced"):
+        with pytest.raises(JournalInUse, match=r"journal\.lock was removed or replaced"):
             Journal(state)
         with first.transaction():  # the first is untouched
             first.add_event(1, "T9-x-1", "card", "{}")
