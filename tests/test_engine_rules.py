@@ -1001,3 +1001,35 @@ def test_realign_of_a_held_hand_with_a_cut_card_held_back_makes_the_new_hand_the
     out = table.cmd("realign", card_index=4, position="burn")
     assert out.ok, out.error
     assert [e.hand_no for e in table.of("last_hand")] == [out.result["hand_no"]]
+
+
+# -- rule 11: a flagged card pending behind a hold ----------------------------------------
+
+@pytest.mark.parametrize("mode", ["none", "commands"])
+def test_resume_does_not_clear_the_flag_of_a_card_still_pending(mode: str) -> None:
+    """Hand 1 held for `cards_lost`; behind it, pending, the next hand's burn and P1,
+    the P1 an excess card (one deck: the commencement's AS again). `resume` releases
+    what the hold showed; the excess card, placed as P1 afterwards, raises its alarm and
+    holds hand 2, as when nothing was held (outside review: it went into P1 silently)."""
+    def deal(held: bool) -> Table:
+        table = ready(mode, decks=1, unnecessary_cards="burn_then_player")
+        if mode == "commands":
+            table.cmd("close_betting")
+        table.draw("9S")
+        table.draw("2S")
+        table.draw("TH")
+        if held:
+            table.gap(1)
+        for card in ["5D", "6C", "9H", "AS"]:
+            table.draw(card)
+        if held:
+            assert table.cmd("resume").ok
+        return table
+
+    for table in (deal(False), deal(True)):
+        ace = [e for e in table.of("card") if e.card == "AS" and e.card_index != 1]
+        assert ace[-1].position == "P1" and ace[-1].hand_no == 2
+        alarms = [a for a in table.of("alarm") if a.code == "excess_card"
+                  and a.card_index == ace[-1].card_index]
+        assert alarms and alarms[-1].active
+        assert table.state["hold"]["reasons"] == ["excess_card"]

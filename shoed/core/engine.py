@@ -1475,8 +1475,12 @@ class Engine:
             shoe.commencement.holds.clear()
         elif shoe.hand is not None:
             shoe.hand.holds.clear()
-            for card in shoe.hand.cards:
-                card.flags_cleared = True
+            # Only the flagged cards the hold showed (placed, in P/B): a pending card
+            # flagged later is judged where it is placed, as if no hold had been (rule
+            # 11; outside review: resume let an excess card into the next hand's P1).
+            for _, card in holds:
+                if card is not None:
+                    card.flags_cleared = True
         if shoe.integrity_hold:  # a supervisor looked and lets the shoe go on
             self._clear_integrity(f"resumed by {c.operator}")
         self._advance()
