@@ -1033,3 +1033,22 @@ def test_resume_does_not_clear_the_flag_of_a_card_still_pending(mode: str) -> No
                   and a.card_index == ace[-1].card_index]
         assert alarms and alarms[-1].active
         assert table.state["hold"]["reasons"] == ["excess_card"]
+
+
+def test_realign_that_puts_a_hand_in_progress_while_betting_is_open_says_betting_closed(
+        ) -> None:
+    """Commands mode: a `realign` while betting is open deals the new hand; the game
+    server learns that betting is closed from the stream (outside review: only the state
+    said so, and a server following the events kept taking bets)."""
+    table = ready("commands")
+    table.draw("9S")  # drawn while betting is open: the next hand's burn
+    m = table.mark()
+    out = table.cmd("realign", card_index=3, position="burn")
+    assert out.ok, out.error
+    (closed,) = table.of("betting_closed", m)
+    assert (closed.hand_no, closed.trigger) == (out.result["hand_no"], "realign")
+    assert table.state["betting"] == "closed" and table.state["shoe_state"] == "dealing"
+    assert table.cmd("close_betting").result["repeat"] is True
+    plain = ready("commands")
+    assert plain.cmd("close_betting").ok
+    assert [e.trigger for e in plain.of("betting_closed")] == ["close_betting"]

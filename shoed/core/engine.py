@@ -1565,8 +1565,11 @@ class Engine:
         new.in_progress = True
         new.cards = moved
         self._enter(shoe, "dealing")
-        if self.config.betting_control == "commands":
+        if self.config.betting_control == "commands" and shoe.betting != "closed":
+            # The new hand is dealt: the game server must stop taking bets on it, and
+            # only the stream tells it (rule 5; outside review).
             shoe.betting = "closed"
+            self._emit(ev.BettingClosed, hand_no=new.hand_no, trigger="realign")
         if last and not new.last_hand:
             new.last_hand = True
             self._emit(ev.LastHand, hand_no=new.hand_no,

@@ -82,6 +82,9 @@ class CardEvent(EventBase):
 
 class BettingClosed(EventBase):
     type: Literal["betting_closed"] = "betting_closed"
+    # What closed it: the game server's `close_betting`, or a supervisor's `realign` that
+    # put a hand in progress while betting was open (an added field; decisions.md 203).
+    trigger: Literal["close_betting", "realign"] = "close_betting"
 
 
 class HandResultEvent(EventBase):
