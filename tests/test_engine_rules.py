@@ -1052,3 +1052,31 @@ def test_realign_that_puts_a_hand_in_progress_while_betting_is_open_says_betting
     plain = ready("commands")
     assert plain.cmd("close_betting").ok
     assert [e.trigger for e in plain.of("betting_closed")] == ["close_betting"]
+
+
+def test_recall_records_carry_the_supervisor_actions_and_misorders_of_their_own_hand() -> None:
+    """A `void_hand` or `report_misorder` of a resolved hand is in that hand's record,
+    not the hand in progress; a misorder reported during a hand is in its record once
+    resolved; a hand voided in progress lists its own void (outside review: all three
+    went to the wrong hand, or nowhere)."""
+    table = ready("none")
+    table.draw("9S")
+    for card in ["2S", "TH", "5D", "6C"]:  # hand 1: P 7, B 6, no third card
+        table.draw(card)
+    table.draw("9D")
+    table.draw("3S")  # hand 2 in progress: its burn and P1
+    assert table.cmd("report_misorder", hand_no=2, detail="B1 placed on P1 spot").ok
+    assert table.cmd("report_misorder", hand_no=1, detail="P2/B2 swapped").ok
+    assert table.cmd("void_hand", hand_no=1, reason="dispute").ok
+    for card in ["TD", "5H", "6D"]:  # hand 2: P 3+5=8, a natural
+        table.draw(card)
+    assert [r.hand_no for r in table.of("hand_result")] == [1, 2]
+    table.draw("8H")  # hand 3: its burn
+    assert table.cmd("void_hand", hand_no=3, reason="torn card").ok
+    hands = {h["hand_no"]: h for h in table.cmd("recall", hands=3).result["hands"]}
+    actions = {n: [(a["command"], a.get("hand_no")) for a in h["supervisor_actions"]]
+               for n, h in hands.items()}
+    assert actions == {1: [("report_misorder", 1), ("void_hand", 1)],
+                       2: [("report_misorder", 2)], 3: [("void_hand", 3)]}
+    assert [m["detail"] for m in hands[1]["misorders"]] == ["P2/B2 swapped"]
+    assert [m["detail"] for m in hands[2]["misorders"]] == ["B1 placed on P1 spot"]

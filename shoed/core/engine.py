@@ -1243,7 +1243,7 @@ class Engine:
                        "source": "manual" if c.read == "manual" else "shoe"}
                       for c, p in zip(hand.cards, derived, strict=True)],
             "result": result, "voided": voided, "supervisor_actions": list(hand.actions),
-            "misorders": [],
+            "misorders": list(hand.misorders),
         }
         self._state.records.append(record)
         del self._state.records[:-RECORDS_KEPT]
@@ -1362,12 +1362,21 @@ class Engine:
             self._emit(ev.SupervisorAction, command=command.command,
                        operator=command.operator, request_id=command.request_id,
                        detail=detail, authenticated_as=authenticated_as)
+            action = {"command": command.command, "operator": command.operator,
+                      "authenticated_as": authenticated_as,
+                      "request_id": command.request_id, **detail}
+            # With the hand it names (void_hand, report_misorder of a resolved hand: its
+            # record), else the hand in progress (outside review: a void of hand 1 was
+            # listed with hand 2, and a hand voided in progress lacked its own void).
             shoe = self._state.shoe
-            if shoe is not None and shoe.hand is not None:
-                shoe.hand.actions.append({"command": command.command,
-                                          "operator": command.operator,
-                                          "authenticated_as": authenticated_as,
-                                          "request_id": command.request_id, **detail})
+            named = getattr(command, "hand_no", None)
+            hand = shoe.hand if shoe is not None else None
+            record = None if named is None or (hand is not None and hand.hand_no == named) \
+                else self._find_record(named)
+            if record is not None:
+                record["supervisor_actions"].append(action)
+            elif hand is not None:
+                hand.actions.append(action)
 
     def _shoe_in_play(self) -> ShoeState:
         shoe = self._state.shoe
@@ -1622,10 +1631,15 @@ class Engine:
             raise Refused("unknown_hand", f"hand {c.hand_no} does not exist in this shoe")
         self._procedure("misorder_reported", "recorded", [], detail=c.detail,
                         hand_no=c.hand_no)
-        record = self._find_record(c.hand_no)
-        if record is not None:
-            record["misorders"].append({"detail": c.detail, "operator": c.operator,
-                                        "authenticated_as": self._sender})
+        misorder = {"detail": c.detail, "operator": c.operator,
+                    "authenticated_as": self._sender}
+        assert shoe is not None
+        if shoe.hand is not None and shoe.hand.hand_no == c.hand_no:
+            shoe.hand.misorders.append(misorder)  # in its record once resolved
+        else:
+            record = self._find_record(c.hand_no)
+            if record is not None:
+                record["misorders"].append(misorder)
         return {}
 
     def _cmd_recall(self, c: cmd.Recall) -> dict[str, Any]:

@@ -55,6 +55,7 @@ class HandState(BaseModel):
     # it is known whether those cards were this hand's or surplus (rules 9, 10).
     cut_at: int | None = None
     actions: list[dict[str, Any]] = Field(default_factory=list)
+    misorders: list[dict[str, Any]] = Field(default_factory=list)  # reported in progress
 
 
 class CommencementState(BaseModel):
