@@ -507,7 +507,10 @@ def test_realign_voids_interrupted_hand_and_deals_on() -> None:
     for card in STAND_HAND:
         table.draw(card)
     assert table.of("hand_result")[0].hand_no == 2
-    assert table.cmd("realign", card_index=4, position="P1").error.code == "hand_resolved"  # type: ignore[union-attr]
+    # realign's one code (mqtt-api.md section 4), the resolved hand named in the message
+    refused = table.cmd("realign", card_index=4, position="P1").error
+    assert refused is not None and refused.code == "unknown_card"
+    assert "already resolved" in refused.message
 
 
 # -- rules 5, 6, 10: cards drawn while a hand is held, stand-alone ------------------------
@@ -1080,3 +1083,43 @@ def test_recall_records_carry_the_supervisor_actions_and_misorders_of_their_own_
                        2: [("report_misorder", 2)], 3: [("void_hand", 3)]}
     assert [m["detail"] for m in hands[1]["misorders"]] == ["P2/B2 swapped"]
     assert [m["detail"] for m in hands[2]["misorders"]] == ["B1 placed on P1 spot"]
+
+
+@pytest.mark.parametrize("phase", ["no_shoe", "shoe_ended", "shoe_voided"])
+def test_card_and_hold_commands_without_a_shoe_answer_their_own_codes(phase: str) -> None:
+    """mqtt-api.md section 4 lists each command's codes: without a shoe in play,
+    `manual_card` and `realign` find no card (`unknown_card`) and `resume` nothing held
+    (`not_held`); they answered `no_shoe`, a code neither lists (outside review)."""
+    table = Table(betting_control="none")
+    table.hello()
+    if phase != "no_shoe":
+        table.commence("AS", ["2C"])
+        table.cmd("end_shoe" if phase == "shoe_ended" else "void_shoe", reason="r")
+    codes = {name: table.cmd(name, **fields).error.code  # type: ignore[union-attr]
+             for name, fields in (("manual_card", {"card_index": 3, "card": "AS"}),
+                                  ("realign", {"card_index": 3, "position": "burn"}),
+                                  ("resume", {}))}
+    assert codes == {"manual_card": "unknown_card", "realign": "unknown_card",
+                     "resume": "not_held"}
+
+
+def test_a_commencement_repaired_by_realign_says_its_count_and_its_pending_cards_take_entries(
+        ) -> None:
+    """Behind an unread commencement card the cards wait as pending: `manual_card`
+    accepts them, as section 4 says of a pending card (it answered `unknown_card`). A
+    `realign` that ends the commencement publishes the count it makes (a second
+    `commencement` event), also when the commencement card was never read."""
+    table = Table(betting_control="none")
+    table.hello()
+    table.load()
+    table.draw(UNREAD)
+    table.draw("2C")
+    table.draw("3C")
+    assert [c["card_index"] for c in table.state["pending_cards"]] == [2, 3]
+    assert table.cmd("manual_card", card_index=3, card="3D").ok  # a pending card
+    m = table.mark()
+    assert table.cmd("realign", card_index=2, position="burn").ok
+    (com,) = table.of("commencement", m)
+    assert (com.card, com.burn_count, com.card_index) == (None, 0, 1)
+    assert [(e.position, e.card) for e in table.of("card", m)] == [("burn", "2C"),
+                                                                    ("P1", "3D")]

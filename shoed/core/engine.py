@@ -1378,10 +1378,12 @@ class Engine:
             elif hand is not None:
                 hand.actions.append(action)
 
-    def _shoe_in_play(self) -> ShoeState:
+    def _shoe_in_play(self, code: str = "no_shoe", what: str = "") -> ShoeState:
+        """The shoe in play, else refused with `code` (each command's own code in
+        mqtt-api.md section 4: `no_shoe` where it lists it)."""
         shoe = self._state.shoe
         if shoe is None or shoe.phase in FINISHED_PHASES:
-            raise Refused("no_shoe", "no shoe is in play")
+            raise Refused(code, f"no shoe is in play{what}")
         return shoe
 
     def _cmd_new_shoe(self, c: cmd.NewShoe) -> dict[str, Any]:
@@ -1424,7 +1426,7 @@ class Engine:
 
     def _find_card(self, card_index: int, command: Literal["manual_card", "realign"]
                    = "manual_card") -> tuple[CardRec, Literal["commencement", "hand"]]:
-        shoe = self._shoe_in_play()
+        shoe = self._shoe_in_play("unknown_card", f": no card {card_index} to {command}")
         if shoe.phase == "commencement":
             for card in shoe.commencement.cards:
                 if card.card_index == card_index:
@@ -1436,8 +1438,10 @@ class Engine:
         for record in self._state.records:
             if record["shoe_id"] == shoe.shoe_id and any(
                     c["card_index"] == card_index for c in record["cards"]):
-                raise Refused("hand_resolved", f"card {card_index} belongs to hand "
-                                               f"{record['hand_no']}, already resolved")
+                # realign's only code is unknown_card (mqtt-api.md section 4)
+                raise Refused("hand_resolved" if command == "manual_card" else "unknown_card",
+                              f"card {card_index} belongs to hand {record['hand_no']}, "
+                              f"already resolved")
         other = "the commencement card" if command == "manual_card" else \
             "a commencement burn (before a hand of the shoe is resolved)"
         raise Refused("unknown_card", f"expected the index of a card of the unresolved hand, "
@@ -1451,7 +1455,9 @@ class Engine:
         card, where = self._find_card(c.card_index)
         shoe = self._state.shoe
         assert shoe is not None
-        if where == "commencement" and card.card_index != shoe.commencement.cards[0].card_index:
+        first = card.card_index == shoe.commencement.cards[0].card_index
+        if where == "commencement" and not first and card.position is not None:
+            # (a card behind an unread commencement card is pending: it takes an entry)
             raise Refused("unknown_card", f"card {c.card_index} is a commencement burn; only "
                                           f"the commencement card takes an entry")
         if card.card is not None:
@@ -1465,14 +1471,14 @@ class Engine:
         card.read = "manual"
         card.flags_cleared = True
         self._publish_card(card, force=True)
-        if where == "commencement":
+        if where == "commencement" and first:
             shoe.commencement.burn_count = commencement_count(new)
             self._commencement_event(card)
         self._advance()
         return {"card_index": c.card_index, "card": new}
 
     def _cmd_resume(self, c: cmd.Resume) -> dict[str, Any]:
-        shoe = self._shoe_in_play()
+        shoe = self._shoe_in_play("not_held", ": nothing is held")
         holds = hold_detail(self._state.shoe)
         if not holds:
             raise Refused("not_held", "nothing is held")
@@ -1557,7 +1563,7 @@ class Engine:
         return {}
 
     def _cmd_realign(self, c: cmd.Realign) -> dict[str, Any]:
-        shoe = self._shoe_in_play()
+        shoe = self._shoe_in_play("unknown_card", f": no card {c.card_index} to realign")
         moved = self._realign_cards(shoe, c)
         hand = shoe.hand
         # A cut card (or end_shoe) in the hand being repaired makes the new hand the last:
@@ -1616,6 +1622,9 @@ class Engine:
         com.burn_count = len(com.cards) - 1
         if in_commencement:
             com.holds.clear()
+            # The count the supervisor's repair makes, in the stream (its card may be
+            # unread: then this is the only count the commencement ever gets).
+            self._commencement_event(com.cards[0])
             self._open_betting()
         elif shoe.hand is not None:
             moved += shoe.hand.cards
