@@ -1108,7 +1108,8 @@ def test_a_commencement_repaired_by_realign_says_its_count_and_its_pending_cards
     """Behind an unread commencement card the cards wait as pending: `manual_card`
     accepts them, as section 4 says of a pending card (it answered `unknown_card`). A
     `realign` that ends the commencement publishes the count it makes (a second
-    `commencement` event), also when the commencement card was never read."""
+    `commencement` event) when the commencement card is known; of an unread one,
+    mqtt-api.md section 2 keeps card and burn_count null, and no count is said."""
     table = Table(betting_control="none")
     table.hello()
     table.load()
@@ -1119,7 +1120,15 @@ def test_a_commencement_repaired_by_realign_says_its_count_and_its_pending_cards
     assert table.cmd("manual_card", card_index=3, card="3D").ok  # a pending card
     m = table.mark()
     assert table.cmd("realign", card_index=2, position="burn").ok
-    (com,) = table.of("commencement", m)
-    assert (com.card, com.burn_count, com.card_index) == (None, 0, 1)
+    assert not table.of("commencement", m)
     assert [(e.position, e.card) for e in table.of("card", m)] == [("burn", "2C"),
                                                                     ("P1", "3D")]
+    known = Table(betting_control="none")
+    known.hello()
+    known.load()
+    for card in ["5H", "2C", "3C"]:  # a 5: five burns, the dealer drew two
+        known.draw(card)
+    m = known.mark()
+    assert known.cmd("realign", card_index=3, position="burn").ok
+    (com,) = known.of("commencement", m)
+    assert (com.card, com.burn_count, com.card_index) == ("5H", 1, 1)

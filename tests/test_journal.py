@@ -176,3 +176,30 @@ def test_a_second_open_is_refused_even_with_the_lock_file_removed(tmp_path) -> N
     again = Journal(state)  # closed: the database's lock went with it
     assert again.event_range() == (1, 1)
     again.close()
+
+
+def test_a_journal_found_damaged_while_a_daemon_runs_is_not_moved_aside_under_it(
+        tmp_path) -> None:
+    """With `journal.damaged` written while a daemon deals on (the check after READY, or
+    an auditor's check-journal) and the lock file removed, a second daemon is refused as
+    in use, also with --new-journal: it never moves the live journal's files aside (the
+    database's lock comes before the damage checks; outside review)."""
+    import pytest
+
+    from shoed.store.check import record_damage
+    from shoed.store.statedir import JournalInUse
+
+    state = tmp_path / "state"
+    first = Journal(state)
+    try:
+        record_damage(state, "corrupt (SQLite's integrity_check): example")
+        (state / "journal.lock").unlink()
+        for new_journal in (False, True):
+            with pytest.raises(JournalInUse):
+                Journal(state, new_journal=new_journal)
+        assert not list(state.glob("damaged-*"))
+    finally:
+        first.close()
+    moved = Journal(state, new_journal=True)  # alone now: the operator's choice holds
+    assert moved.moved_aside is not None
+    moved.close()

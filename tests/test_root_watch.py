@@ -116,3 +116,23 @@ def test_short_connections_with_a_refused_attempt_between_are_no_takeover() -> N
         now += 2.0
         found.append(storm.evidence(None, now))
     assert found[:2] == [None, None] and found[2] is not None
+
+
+def test_a_probe_whose_broker_goes_while_it_reads_is_a_disconnect_not_a_stranger() -> None:
+    """The broker restarting during the watch: aiomqtt's iterator raises MqttError, which
+    the connection loop would read as "not an MQTT broker" (outside review); it comes out
+    as a plain BrokerError, the loop's disconnect."""
+    from shoed.errors import BrokerError, NotABroker
+    from shoed.mqtt.claim import _next_status
+
+    class Dropped:
+        def __aiter__(self) -> Dropped:
+            return self
+
+        async def __anext__(self) -> Any:
+            raise aiomqtt.MqttError("Disconnected during message iteration")
+
+    with pytest.raises(BrokerError) as caught:
+        asyncio.run(_next_status(Dropped(), 1.0))
+    assert not isinstance(caught.value, NotABroker)
+    assert "probe's connection ended" in str(caught.value)

@@ -1622,9 +1622,11 @@ class Engine:
         com.burn_count = len(com.cards) - 1
         if in_commencement:
             com.holds.clear()
-            # The count the supervisor's repair makes, in the stream (its card may be
-            # unread: then this is the only count the commencement ever gets).
-            self._commencement_event(com.cards[0])
+            # The count the supervisor's repair makes, in the stream; not for an unread
+            # commencement card (mqtt-api.md section 2: card and burn_count are both null
+            # while it is unread; its burns' card events carry their positions).
+            if com.cards[0].card is not None:
+                self._commencement_event(com.cards[0])
             self._open_betting()
         elif shoe.hand is not None:
             moved += shoe.hand.cards

@@ -84,7 +84,11 @@ class BettingClosed(EventBase):
     type: Literal["betting_closed"] = "betting_closed"
     # What closed it: the game server's `close_betting`, or a supervisor's `realign` that
     # put a hand in progress while betting was open (an added field; decisions.md 203).
-    trigger: Literal["close_betting", "realign"] = "close_betting"
+    trigger: Literal["close_betting", "realign"] = Field(
+        default="close_betting",
+        description="what closed betting for hand_no: the `close_betting` command, or a "
+                    "supervisor's `realign` that put a hand in progress while betting was "
+                    "open (betting is closed either way; added field)")
 
 
 class HandResultEvent(EventBase):

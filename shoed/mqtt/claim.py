@@ -160,8 +160,11 @@ async def _next_status(messages: Any, timeout: float) -> dict[str, Any] | None:
     if reader not in done or reader.cancelled():
         return None
     error = reader.exception()
-    if isinstance(error, StopAsyncIteration):
-        raise BrokerError("the probe's connection ended while it watched the root")
+    if isinstance(error, (StopAsyncIteration, aiomqtt.MqttError)):
+        # The broker went while the probe read (a restart): a disconnect, not "not a
+        # broker" (the connect's own failures are read apart, brokers.connect_failure).
+        raise BrokerError(f"the probe's connection ended while it watched the root: "
+                          f"{error}") from error
     if error is not None:
         raise error
     with contextlib.suppress(ValueError, TypeError):

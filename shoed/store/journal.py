@@ -255,13 +255,8 @@ class Journal:
             except JournalDamaged as error:
                 if not new_journal:
                     raise
-                self._close_db()
                 self.damage = error.problems
-                try:
-                    self.moved_aside = move_aside(directory)
-                except OSError as move_error:
-                    raise StorageError(f"journal {self.path} is damaged and could not be "
-                                       f"moved aside: {move_error}") from error
+                self._set_aside(error)
                 self._open()
             with self.transaction():  # with the record log's entries the database lacked
                 self.set_meta("clean_stop", "0")
@@ -282,6 +277,30 @@ class Journal:
 
     def _damaged(self, *problems: str) -> JournalDamaged:
         return JournalDamaged(self.path, list(problems))
+
+    def _set_aside(self, error: Exception) -> None:
+        """Move the journal's files aside (the operator's --new-journal), the database's
+        flock held until they are moved: nobody opens them meanwhile."""
+        held, self._db_lock = self._db_lock, None
+        self._close_db()
+        try:
+            self.moved_aside = move_aside(self.directory)
+        except OSError as move_error:
+            raise StorageError(f"journal {self.path} is damaged and could not be moved "
+                               f"aside: {move_error}") from error
+        finally:
+            if held is not None:
+                os.close(held)
+
+    def set_aside(self, problem: str) -> pathlib.Path | None:
+        """A journal found damaged after it was opened (Recorder.open): the damage
+        recorded, its files moved aside (as --new-journal does at the open), both locks
+        released. Returns where they went."""
+        with suppress(OSError):
+            record_damage(self.directory, problem)
+        self._set_aside(self._damaged(problem))
+        self._unlock()
+        return self.moved_aside
 
     def _lock_db(self) -> None:
         """An exclusive flock on the database file itself, held while it is open: the
@@ -305,10 +324,12 @@ class Journal:
         self._db_lock = fd
 
     def _open(self) -> None:
+        # Before anything reads it or finds it damaged: another daemon may be writing it,
+        # and a journal found damaged may be moved aside (outside review).
+        self._lock_db()
         problems = inspect_files(self.path)
         if problems:
             raise self._damaged(*problems)
-        self._lock_db()  # before anything reads it: another daemon may be writing it
         existed = self.path.exists()
         if existed and self.path.stat().st_size == 0:
             raise self._damaged(f"{self.path} is empty (0 bytes): truncated")

@@ -21,12 +21,15 @@ first tries to journal the `storage_failed` alarm's raise and clear (:meth:`retr
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
+import pathlib
 import time
 from collections.abc import Callable
 from contextlib import suppress
 from typing import Any
 
+import shoed.core.engine as engine_module
 from firmware_protocol import DedupState
 from shoed.aio import in_background_thread
 from shoed.config import Settings
@@ -58,6 +61,20 @@ PRUNE_EVERY_S = 3600.0
 PRUNE_BATCH = 100
 PRUNE_BATCHES = 120
 PRUNE_PAUSE_S = 0.01
+
+#: The journal's meta key of the engine that dealt its newest inputs (engine_fingerprint).
+ENGINE_META = "engine"
+
+
+def engine_fingerprint(config: EngineConfig) -> str:
+    """Which engine deals: a hash of the core's source and the engine's config. Inputs
+    replayed by another (an upgrade, a changed [rules]) may give other events."""
+    digest = hashlib.sha256()
+    for path in sorted(pathlib.Path(engine_module.__file__).parent.glob("*.py")):
+        digest.update(path.read_bytes())
+    digest.update(repr(config).encode())
+    return digest.hexdigest()[:12]
+
 
 # Called after a device frame's record is durable and before its ACK. Empty in the
 # product; the kill tests' harness installs a crash here.
@@ -118,25 +135,46 @@ class Recorder:
             engine = Engine.restore(config, state)
         replayed = 0
         recovered = journal.event_range()[1]
+        dealt_by, engine_now = journal.meta(ENGINE_META), engine_fingerprint(config)
         with journal.transaction():
             for _, body in journal.inputs_after(after):
                 for event in engine.handle(INPUT_ADAPTER.validate_json(body)).events:
                     journal.add_event(event.seq, event.event_id, event.type,
                                       event_json(event))
                 replayed += 1
+            journal.set_meta(ENGINE_META, engine_now)
         last_event = journal.event_range()[1]
+        other_engine = dealt_by is not None and dealt_by != engine_now and replayed > 0
+        if other_engine:
+            log.warning("journal_replayed_by_another_engine", replayed_inputs=replayed,
+                        dealt_by=dealt_by, engine=engine_now)
         if last_event and engine.seq != last_event:
             # A snapshot is written with every event before it, and the inputs after it
-            # give back the events they made: events are missing (rows deleted or lost).
-            # Going on would leave a hole in the stream for good (outside review).
+            # give back the events they made: events are missing (rows deleted or lost),
+            # or another engine dealt those inputs (an upgrade after a crash, a changed
+            # [rules]). Going on would leave a hole, or two events on one seq (outside
+            # review).
+            log.error("journal_replay_mismatch", engine_seq=engine.seq, journal_seq=last_event,
+                      other_engine=other_engine)
+            if other_engine and not settings.state.new_journal:
+                journal.close(clean=False)
+                raise StorageError(
+                    f"journal {journal.path}: its newest {replayed} input(s) were dealt by "
+                    f"another shoed version or [rules] config (engine {dealt_by}, this one "
+                    f"{engine_now}); replayed here they lead to seq {engine.seq}, where its "
+                    f"events end at seq {last_event}. Start the shoed and config that dealt "
+                    f"them until it stops cleanly (its stop writes a snapshot of every "
+                    f"input), then this one; or `shoed run --new-journal` sets the journal "
+                    f"aside")
             problem = (f"events missing: the journal's inputs lead to seq {engine.seq}, "
                        f"its events end at seq {last_event}")
-            log.error("journal_replay_mismatch", engine_seq=engine.seq, journal_seq=last_event)
+            if settings.state.new_journal:  # the operator's --new-journal: moved aside
+                moved = journal.set_aside(problem)
+                log.warning("journal_moved_aside", damage=[problem], moved_to=str(moved))
+                return cls.open(settings, config, status, log)
             with suppress(OSError):
                 record_damage(journal.directory, problem)
             journal.close(clean=False)
-            if settings.state.new_journal:  # the operator's --new-journal: moved aside
-                return cls.open(settings, config, status, log)
             raise JournalDamaged(journal.path, [problem])
         recorder = cls(journal, engine, status, settings.state.snapshot_every, log)
         dedup = recorder.dedup()
