@@ -209,7 +209,7 @@ export class TablePage {
       h("span", { class: "table-name" }, `Table ${this.tableId}`),
       h("span", { class: `badge ${online ? "ok" : online === false ? "bad" : "warn"}`, "data-testid": "online" },
         !this.link.connected ? "no broker" : online ? "online" : online === false ? "offline" : "no status"),
-      kv("Shoe", s.shoe_id ? String(s.shoe_id).slice(-12) : null, "shoe-id"),
+      h("div", { class: "kv shoe-id", "data-testid": "shoe-id", title: s.shoe_id || "" }, "Shoe", h("b", {}, s.shoe_id ?? "\u2014")),
       kv("State", shoeState, "shoe-state"),
       kv("Hand", s.hand_no, "hand-no"),
       kv("Betting", s.betting, "betting"),
@@ -338,15 +338,21 @@ export class TablePage {
     const clock = st.clock_synchronised === true ? ["synchronised", "ok"] : st.clock_synchronised === false ? ["NOT synchronised", "bad"] : ["unknown", "warn"];
     const broker = this.link.connected ? ["connected", "ok"] : ["disconnected", "bad"];
     const outbox = st.outbox ?? null;
+    // Without the broker the retained status and device are only the last ones seen:
+    // said so, not shown as if live (outside review).
+    const stale = (value, cls) => this.link.connected || value === "\u2014" ? [value, cls]
+      : [`${value} (last known)`, "warn"];
+    const [onlS, onlSC] = stale(onl, onlC);
+    const [devS, devSC] = stale(dev, devC);
     put(this.els.health, h("h2", {}, "Table health"), h("dl", {},
-      row("online", "Daemon", onl, onlC),
-      row("device", "Shoe", dev, devC),
+      row("online", "Daemon", onlS, onlSC),
+      row("device", "Shoe", devS, devSC),
       row("firmware", "Firmware", dv.firmware),
       row("serial_no", "Serial", dv.serial_no),
       row("faults", "Device faults", (dv.faults || []).length ? dv.faults.join(", ") : "none", (dv.faults || []).length ? "bad" : ""),
       row("broker", "Broker", `${broker[0]} (${this.link.url})`, broker[1]),
       row("storage", "Storage", sto, stoC),
-      row("outbox", "Outbox", outbox === null ? null : `${outbox} event${outbox === 1 ? "" : "s"} to send`, outbox > 0 ? "warn" : "ok"),
+      row("outbox", "Outbox", outbox === null ? null : `${outbox} event${outbox === 1 ? "" : "s"} to send${this.link.connected ? "" : " (last known)"}`, outbox > 0 || !this.link.connected ? "warn" : "ok"),
       row("clock", "Clock", clock[0], clock[1]),
       row("last_event", "Last event", this.lastEventTs ? `${fmtTime(this.lastEventTs)} (${fmtAgo(this.lastEventTs)})` : null),
       row("version", "shoed", st.version),
