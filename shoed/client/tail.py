@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sqlite3
 import sys
 from typing import Any
@@ -90,4 +91,10 @@ def tail(args: argparse.Namespace) -> int:
         print(f"shoed tail: {error}", file=sys.stderr)
         return 2
     except BrokenPipeError:
-        return 0  # the reader of our output went away (`shoed tail | head`)
+        # The reader of our output went away (`shoed tail | head`). What is still in
+        # stdout's buffer would fail again at the interpreter's exit ("Exception ignored
+        # ... BrokenPipeError", exit 120): stdout goes to /dev/null first, as the Python
+        # docs' note on SIGPIPE says (seen once on a fresh Debian 12).
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
