@@ -1132,3 +1132,14 @@ def test_a_commencement_repaired_by_realign_says_its_count_and_its_pending_cards
     assert known.cmd("realign", card_index=3, position="burn").ok
     (com,) = known.of("commencement", m)
     assert (com.card, com.burn_count, com.card_index) == ("5H", 1, 1)
+
+
+def test_a_flagged_card_of_a_voided_pull_raises_its_alarm() -> None:
+    """A card voided with its hand (decision 192) is never placed, yet counted: an
+    excess card among them gets its momentary alarm, naming where it went."""
+    table, upper = _held_hand_with_half_a_pull("none", decks=1)
+    m = table.mark()
+    assert table.cmd("void_hand", hand_no=1, reason="r").ok
+    table.feed(upper.model_copy(update={"at": table.now(), "card": "AS"}))  # AS again
+    (alarm,) = [a for a in table.of("alarm", m) if a.code == "excess_card"]
+    assert alarm.momentary and "drawn as voided" in alarm.message

@@ -610,16 +610,19 @@ class Engine:
         if card.flags or card.read == "foreign":
             self._integrity_notice(card)
 
-    def _integrity_notice(self, card: CardRec) -> None:
-        """A flagged card outside P/B positions gets one momentary alarm (inside: a hold)."""
-        if card.alarmed or card.position is None or card.position in PB_POSITIONS:
+    def _integrity_notice(self, card: CardRec, drawn_as: str | None = None) -> None:
+        """A flagged card outside P/B positions gets one momentary alarm (inside: a hold).
+        `drawn_as`: where a card that is never placed went (its position stays null)."""
+        where = drawn_as or card.position
+        if not (card.flags or card.read == "foreign") or card.alarmed or where is None \
+                or where in PB_POSITIONS:
             return
         card.alarmed = True
         codes = list(card.flags) + (["foreign_card"] if card.read == "foreign" else [])
         for code in codes:
             self._alarm_momentary(code, f"card {card.card_index} ({card.card or card.uid}) "
                                         f"is {code.replace('_', ' ')}; it was drawn as "
-                                        f"{card.position}", card_index=card.card_index)
+                                        f"{where}", card_index=card.card_index)
 
     # -- alarms ---------------------------------------------------------------------------
 
@@ -973,10 +976,7 @@ class Engine:
         card.position, card.hand_no = None, hand_no
         self._publish_card(card)
         self._procedure("card_of_voided_hand", "voided", [card], hand_no=hand_no)
-        if card.flags or card.read == "foreign":
-            card.position = "voided"  # named in its alarm (the card event said null)
-            self._integrity_notice(card)
-            card.position = None
+        self._integrity_notice(card, drawn_as="voided")
 
     def _resolutions(self) -> int:
         shoe = self._state.shoe
