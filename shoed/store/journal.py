@@ -302,6 +302,11 @@ class Journal:
         self._unlock()
         return self.moved_aside
 
+    def _release_db_lock(self) -> None:
+        if self._db_lock is not None:
+            os.close(self._db_lock)  # the flock goes with it
+            self._db_lock = None
+
     def _lock_db(self) -> None:
         """An exclusive flock on the database file itself, held while it is open: the
         state directory's lock file can be removed or replaced while a daemon runs
@@ -433,9 +438,7 @@ class Journal:
         if self._records is not None:
             self._records.close()
             self._records = None
-        if self._db_lock is not None:
-            os.close(self._db_lock)  # the flock goes with it
-            self._db_lock = None
+        self._release_db_lock()
         if self._db is not None:
             with suppress(sqlite3.Error):
                 self._db.close()
@@ -443,9 +446,7 @@ class Journal:
 
     def _unlock(self) -> None:
         """Both locks go (as the kernel drops them when the process dies)."""
-        if self._db_lock is not None:
-            os.close(self._db_lock)
-            self._db_lock = None
+        self._release_db_lock()
         if self._lock_fd is not None:
             os.close(self._lock_fd)  # the flock goes with it
             self._lock_fd = None

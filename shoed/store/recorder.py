@@ -156,22 +156,23 @@ class Recorder:
             # review).
             log.error("journal_replay_mismatch", engine_seq=engine.seq, journal_seq=last_event,
                       other_engine=other_engine)
-            if other_engine and not settings.state.new_journal:
-                journal.close(clean=False)
-                raise StorageError(
-                    f"journal {journal.path}: its newest {replayed} input(s) were dealt by "
-                    f"another shoed version or [rules] config (engine {dealt_by}, this one "
-                    f"{engine_now}); replayed here they lead to seq {engine.seq}, where its "
-                    f"events end at seq {last_event}. Start the shoed and config that dealt "
-                    f"them until it stops cleanly (its stop writes a snapshot of every "
-                    f"input), then this one; or `shoed run --new-journal` sets the journal "
-                    f"aside")
-            problem = (f"events missing: the journal's inputs lead to seq {engine.seq}, "
-                       f"its events end at seq {last_event}")
+            problem = (f"its newest {replayed} input(s) were dealt by another shoed version "
+                       f"or [rules] config (engine {dealt_by}, this one {engine_now}); "
+                       f"replayed here they lead to seq {engine.seq}, where its events end "
+                       f"at seq {last_event}") if other_engine else (
+                f"events missing: the journal's inputs lead to seq {engine.seq}, its "
+                f"events end at seq {last_event}")
             if settings.state.new_journal:  # the operator's --new-journal: moved aside
                 moved = journal.set_aside(problem)
                 log.warning("journal_moved_aside", damage=[problem], moved_to=str(moved))
                 return cls.open(settings, config, status, log)
+            if other_engine:  # not damage: the engine that dealt them can stop it cleanly
+                journal.close(clean=False)
+                raise StorageError(
+                    f"journal {journal.path}: {problem}. Start the shoed and config that "
+                    f"dealt them until it stops cleanly (its stop writes a snapshot of every "
+                    f"input), then this one; or `shoed run --new-journal` sets the journal "
+                    f"aside")
             with suppress(OSError):
                 record_damage(journal.directory, problem)
             journal.close(clean=False)
