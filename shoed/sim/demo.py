@@ -744,19 +744,18 @@ async def _demo(args: argparse.Namespace) -> int:
         own = args.own_broker or not answers(host, port)
         why = "as asked" if args.own_broker else \
             f"no broker answered at {settings.mqtt.urls[0]}"
-        if not own and not args.no_console and not (args.broker or args.config):
-            # The broker found by default (Debian's own mosquitto, say) must also take the
-            # console's WebSockets, or the page could never connect.
-            ws = urllib.parse.urlsplit(console_ws_url(settings))
-            if not answers(ws.hostname or host, ws.port or 9001):
+        ws = urllib.parse.urlsplit(console_ws_url(settings))
+        if not own and not args.no_console and not answers(ws.hostname or host,
+                                                           ws.port or 9001):
+            if not (args.broker or args.config):
+                # The broker found by default (Debian's own mosquitto, say) must also take
+                # the console's WebSockets, or the page could never connect.
                 own = True
                 why = (f"the broker at {settings.mqtt.urls[0]} has no WebSockets listener "
                        f"for the console ({ws.geturl()})")
-        elif not own and not args.no_console:
-            # A broker the user chose: it is kept, but a page that can never connect is
-            # said so (outside review: the console's URL was printed without a word).
-            ws = urllib.parse.urlsplit(console_ws_url(settings))
-            if not answers(ws.hostname or host, ws.port or 9001):
+            else:
+                # A broker the user chose: it is kept, but a page that can never connect
+                # is said so (outside review: the console's URL was printed without a word).
                 banner.append(f"console: nothing answers at {ws.geturl()}, where the page "
                               f"would reach the broker over WebSockets: the page cannot "
                               f"connect. Give the broker's WebSockets URL as [console] "

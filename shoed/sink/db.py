@@ -188,11 +188,11 @@ async def supersede(cur: psycopg.AsyncCursor[Any], e: dict[str, Any]) -> None:
     """A shoe of its table still in play in another journal (instance) than the stored
     event `e`'s was left by a replaced journal: no event will end it. It is marked
     superseded at `e`'s time, by `e`'s instance (migration 004)."""
+    at, instance = _ts(e.get("ts")), instance_of(e)
     await cur.execute(
         "UPDATE shoes SET superseded_at = %s, superseded_by = %s WHERE table_id = %s "
         "AND instance <> %s AND started_at <= %s AND ended_at IS NULL AND voided_at IS NULL "
-        "AND superseded_at IS NULL",
-        (_ts(e.get("ts")), instance_of(e), e["table_id"], instance_of(e), _ts(e.get("ts"))))
+        "AND superseded_at IS NULL", (at, instance, e["table_id"], instance, at))
 
 
 async def apply_batch(conn: psycopg.AsyncConnection[Any], table: str,

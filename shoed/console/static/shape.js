@@ -2,21 +2,22 @@
 // (mqtt-api.md, roads.md). A message of another shape throws here, before anything
 // changed: link.js reports it as skipped and the page keeps what it showed.
 const isObj = (v) => v !== null && typeof v === "object" && !Array.isArray(v);
+const absent = (v) => v === undefined || v === null;
 
 function need(ok, what) {
   if (!ok) throw new Error(what);
 }
 
 function list(value, what, item, optional = true) {
-  if (optional && (value === undefined || value === null)) return;
+  if (optional && absent(value)) return;
   need(Array.isArray(value), `${what} is not a list`);
   value.forEach((x, i) => item(x, `${what}[${i}]`));
 }
 
 const obj = (v, what) => need(isObj(v), `${what} is not an object`);
 const text = (v, what) => need(typeof v === "string", `${what} is not a string`);
-const optText = (v, what) => need(v === undefined || v === null || typeof v === "string", `${what} is not a string`);
-const optNumber = (v, what) => need(v === undefined || v === null || Number.isFinite(v), `${what} is not a number`);
+const optText = (v, what) => need(absent(v) || typeof v === "string", `${what} is not a string`);
+const optNumber = (v, what) => need(absent(v) || Number.isFinite(v), `${what} is not a number`);
 
 function card(c, what) {
   obj(c, what);
@@ -37,7 +38,7 @@ export function checkState(s) {
   list(s.cards, "state.cards", card);
   list(s.pending_cards, "state.pending_cards", card);
   list(s.alarms, "state.alarms", alarm);
-  if (s.hold !== undefined && s.hold !== null) {
+  if (!absent(s.hold)) {
     obj(s.hold, "state.hold");
     list(s.hold.reasons, "state.hold.reasons", text);
     list(s.hold.allowed, "state.hold.allowed", text);
@@ -59,13 +60,13 @@ export function checkRoads(r) {
   cells(r.bead_plate, "roads.bead_plate");
   cells(r.big_road, "roads.big_road");
   for (const name of ["big_eye_boy", "small_road", "cockroach_pig"]) {
-    if (r[name] === undefined || r[name] === null) continue;
+    if (absent(r[name])) continue;
     obj(r[name], `roads.${name}`);
     cells(r[name].cells, `roads.${name}.cells`);
     list(r[name].marks, `roads.${name}.marks`, optText);
   }
-  if (r.ask !== undefined && r.ask !== null) obj(r.ask, "roads.ask");
-  if (r.stats !== undefined && r.stats !== null) obj(r.stats, "roads.stats");
+  if (!absent(r.ask)) obj(r.ask, "roads.ask");
+  if (!absent(r.stats)) obj(r.stats, "roads.stats");
   return r;
 }
 
