@@ -220,7 +220,8 @@ def check_journal(path: pathlib.Path) -> tuple[bool, list[str]]:
     connection. Writes nothing but `journal.damaged` when it finds damage that the files
     would no longer show afterwards. Safe while the daemon runs.
     """
-    from .journal import events_gap, validate
+    from .journal import validate
+    from .rowcheck import row_problems
     from .statedir import StorageError
 
     db = path / DB_NAME if path.is_dir() else path
@@ -243,7 +244,7 @@ def check_journal(path: pathlib.Path) -> tuple[bool, list[str]]:
     try:
         conn = sqlite3.connect(db.resolve().as_uri() + "?mode=ro", uri=True)
         try:
-            gap = events_gap(conn)
+            rows = row_problems(conn)
             low, high = conn.execute("SELECT MIN(seq), MAX(seq) FROM events").fetchone()
             unpublished = conn.execute("SELECT COUNT(*) FROM events WHERE published = 0"
                                        ).fetchone()[0]
@@ -252,8 +253,8 @@ def check_journal(path: pathlib.Path) -> tuple[bool, list[str]]:
             conn.close()
     except sqlite3.Error as error:
         return False, [f"{db}: {error}"]
-    if gap is not None:
-        return False, [f"{db}: {gap}"]
+    if rows is not None:
+        return False, [f"{db}: {rows}"]
     meta = found.meta
     try:
         waiting = not_in_database(
@@ -263,7 +264,7 @@ def check_journal(path: pathlib.Path) -> tuple[bool, list[str]]:
     running = _holder(db.parent)
     last_stop = ("not clean" if not found.clean else "clean") + (
         f" (in use now by pid {running})" if running else "")
-    return True, [f"{db}: OK (SQLite's integrity_check: ok)",
+    return True, [f"{db}: OK (SQLite's integrity_check: ok, every row's checksum: ok)",
                   f"instance {meta.get('instance_id')}", f"schema version {found.version}",
                   f"events seq {low or 0}..{high or 0}, {unpublished} not yet published",
                   f"record log: {len(waiting)} frame(s), "

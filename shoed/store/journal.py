@@ -53,6 +53,7 @@ from .records import (
     RecordLogError,
     not_in_database,
 )
+from .rowcheck import ROW_PROBLEMS, row_problems, text_crc
 from .statedir import (
     JournalDamaged,
     JournalInUse,
@@ -72,23 +73,26 @@ CACHE_KIB = 256  # SQLite's page cache per connection (its default: 2 000 KiB)
 # dedup state on the input row of the frame that moved it (`inputs.dedup`), and the
 # outbox index partial (only unpublished events are in it); 5: the record log
 # (`journal.records`, shoed/store/records.py) in front of the database, which an older
-# shoed would not read (so it refuses the journal rather than lose what is only there).
-SCHEMA_VERSION = 5
+# shoed would not read (so it refuses the journal rather than lose what is only there);
+# 6: `crc` on every row's text (inputs, events, snapshots, answers): CRC-32 of its UTF-8,
+# NULL on rows written before it (rowcheck.py).
+SCHEMA_VERSION = 6
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS inputs (id INTEGER PRIMARY KEY, at REAL NOT NULL, body TEXT NOT NULL,
-    dedup TEXT);
+    dedup TEXT, crc INTEGER);
 CREATE TABLE IF NOT EXISTS events (
     seq INTEGER PRIMARY KEY, event_id TEXT NOT NULL UNIQUE, type TEXT NOT NULL,
     created REAL NOT NULL, body TEXT NOT NULL, published INTEGER NOT NULL DEFAULT 0,
-    created_up REAL NOT NULL DEFAULT 0);
+    created_up REAL NOT NULL DEFAULT 0, crc INTEGER);
 CREATE INDEX IF NOT EXISTS events_unpublished ON events(seq) WHERE published = 0;
-CREATE TABLE IF NOT EXISTS snapshots (input_id INTEGER PRIMARY KEY, state TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS snapshots (input_id INTEGER PRIMARY KEY, state TEXT NOT NULL,
+    crc INTEGER);
 CREATE TABLE IF NOT EXISTS responses (
     sender TEXT NOT NULL, request_id TEXT NOT NULL, fingerprint TEXT NOT NULL,
     created REAL NOT NULL, body TEXT NOT NULL, created_up REAL NOT NULL DEFAULT 0,
-    PRIMARY KEY (sender, request_id)) WITHOUT ROWID;
+    crc INTEGER, PRIMARY KEY (sender, request_id)) WITHOUT ROWID;
 """
 # From schema 1: rows written before it count as written at uptime 0, i.e. as old as
 # they can be by that clock; the wall clock alone then decides, as it did.
@@ -116,7 +120,13 @@ ALTER TABLE inputs ADD COLUMN dedup TEXT;
 DROP INDEX IF EXISTS events_unpublished;
 CREATE INDEX events_unpublished ON events(seq) WHERE published = 0;
 """
-
+# From schema 5: the rows so far have no checksum (NULL: not checked); new rows have one.
+MIGRATE_FROM_5 = """
+ALTER TABLE inputs ADD COLUMN crc INTEGER;
+ALTER TABLE events ADD COLUMN crc INTEGER;
+ALTER TABLE snapshots ADD COLUMN crc INTEGER;
+ALTER TABLE responses ADD COLUMN crc INTEGER;
+"""
 
 # A commit adds a few 1 KiB pages to the WAL: this keeps it to a few MB, as SQLite's own
 # default (a checkpoint at 1000 pages) would.
@@ -124,19 +134,6 @@ CHECKPOINT_EVERY_COMMITS = 1000
 # The uptime is written with the next commit once this old, and by save_uptime().
 UPTIME_SAVE_EVERY_S = 5.0
 REQUEST_MEMORY_S = 86400.0  # request_ids answered again for at least 24 h
-def events_gap(conn: sqlite3.Connection) -> str | None:
-    """What is missing of the events, or None. The events kept are one gapless run of
-    seqs (a prune deletes from the oldest): a hole is damage (rows deleted or lost), which
-    SQLite's own checks, structural only, do not see."""
-    count, low, high = conn.execute("SELECT COUNT(*), MIN(seq), MAX(seq) FROM events"
-                                    ).fetchone()
-    if not count or count == high - low + 1:
-        return None
-    first = conn.execute("SELECT e.seq + 1 FROM events e WHERE e.seq < ? AND NOT EXISTS "
-                         "(SELECT 1 FROM events n WHERE n.seq = e.seq + 1) ORDER BY e.seq "
-                         "LIMIT 1", (high,)).fetchone()
-    return (f"events missing: seq {low}..{high} holds {count} events, "
-            f"{high - low + 1 - count} missing (the first at seq {first[0] if first else '?'})")
 
 
 @dataclass(frozen=True)
@@ -375,7 +372,8 @@ class Journal:
             elif version < SCHEMA_VERSION:
                 steps = ((MIGRATE_FROM_1 if version < 2 else "")
                          + (MIGRATE_FROM_2 if version < 3 else "")
-                         + (MIGRATE_FROM_3 if version < 4 else ""))
+                         + (MIGRATE_FROM_3 if version < 4 else "")
+                         + (MIGRATE_FROM_5 if version < 6 else ""))
                 db.executescript(f"BEGIN; {steps} "
                                  f"PRAGMA user_version={SCHEMA_VERSION}; COMMIT;")
         except (sqlite3.Error, OSError) as error:
@@ -519,14 +517,14 @@ class Journal:
     def _write_pending(self) -> None:
         """The record log's entries into the database: input rows with their ids, the
         dedup state on each frame's last (in meta for a frame without inputs, the last)."""
-        rows: list[tuple[int, float, str, str | None]] = []
+        rows: list[tuple[int, float, str, str | None, int]] = []
         for entry in self._pending:
             last = len(entry.inputs) - 1
-            rows += [(input_id, at, body, entry.dedup if k == last else None)
+            rows += [(input_id, at, body, entry.dedup if k == last else None, text_crc(body))
                      for k, (input_id, at, body) in enumerate(entry.inputs)]
         # Inside transaction(), which turns an sqlite3.Error into StorageError.
         self._conn().executemany(
-            "INSERT INTO inputs(id, at, body, dedup) VALUES(?, ?, ?, ?)", rows)
+            "INSERT INTO inputs(id, at, body, dedup, crc) VALUES(?, ?, ?, ?, ?)", rows)
         tail = self._pending[-1]
         if not tail.inputs:
             self.set_dedup(tail.dedup, after=tail.after)
@@ -599,8 +597,9 @@ class Journal:
         try:
             conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
             found = [str(r[0]) for r in conn.execute("PRAGMA integrity_check(20)")]
-            if found == ["ok"] and (gap := events_gap(conn)) is not None:
-                found = [gap]
+            if found == ["ok"]:
+                rows = row_problems(conn)
+                found = [rows] if rows is not None else found
         except sqlite3.OperationalError as error:
             if self._db is None:  # interrupted by close(): nothing was found
                 return []
@@ -613,7 +612,7 @@ class Journal:
         if found == ["ok"]:
             return []
         with suppress(OSError):
-            record_damage(self.directory, ("" if found[0].startswith("events missing")
+            record_damage(self.directory, ("" if found[0].startswith(ROW_PROBLEMS)
                                            else "corrupt (SQLite's integrity_check): ")
                           + "; ".join(found))
         return found
@@ -664,8 +663,8 @@ class Journal:
         dedup state after the frame it came from (on the frame's last input), in the
         same row: one page fewer than with it in meta (docs/performance.md)."""
         input_id = self._next_input_id
-        self._run("INSERT INTO inputs(id, at, body, dedup) VALUES(?, ?, ?, ?)",
-                  (input_id, at, body, dedup))
+        self._run("INSERT INTO inputs(id, at, body, dedup, crc) VALUES(?, ?, ?, ?, ?)",
+                  (input_id, at, body, dedup, text_crc(body)))
         self._next_input_id = input_id + 1
         return input_id
 
@@ -699,8 +698,8 @@ class Journal:
         return None if row is None else row[1]
 
     def save_snapshot(self, input_id: int, state: str) -> None:
-        self._run("INSERT OR REPLACE INTO snapshots(input_id, state) VALUES(?, ?)",
-                  (input_id, state))
+        self._run("INSERT OR REPLACE INTO snapshots(input_id, state, crc) VALUES(?, ?, ?)",
+                  (input_id, state, text_crc(state)))
         # Inputs before the previous snapshot are no longer needed to rebuild the state.
         row = self._run("SELECT input_id FROM snapshots WHERE input_id < ? "
                         "ORDER BY input_id DESC LIMIT 1", (input_id,)).fetchone()
@@ -735,9 +734,9 @@ class Journal:
         was written). OR IGNORE: replaying recorded inputs regenerates the same events
         (same seq and event_id); those already in the outbox stay as they are."""
         self._run("INSERT OR IGNORE INTO events(seq, event_id, type, created, body, published, "
-                  "created_up) VALUES(?, ?, ?, ?, ?, ?, ?)",
+                  "created_up, crc) VALUES(?, ?, ?, ?, ?, ?, ?, ?)",
                   (seq, event_id, type_, self._wall(), body, int(published),
-                   self.uptime.now()))
+                   self.uptime.now(), text_crc(body)))
 
     def unpublished(self, limit: int = 256) -> list[tuple[int, str]]:
         rows = self._run("SELECT seq, body FROM events WHERE published = 0 ORDER BY seq LIMIT ?",
@@ -826,7 +825,8 @@ class Journal:
 
     def add_response(self, sender: str, request_id: str, fingerprint: str,
                      body: dict[str, Any]) -> None:
+        text = json.dumps(body)
         self._run("INSERT OR IGNORE INTO responses(sender, request_id, fingerprint, created, "
-                  "body, created_up) VALUES(?, ?, ?, ?, ?, ?)",
-                  (sender, request_id, fingerprint, self._wall(), json.dumps(body),
-                   self.uptime.now()))
+                  "body, created_up, crc) VALUES(?, ?, ?, ?, ?, ?, ?)",
+                  (sender, request_id, fingerprint, self._wall(), text, self.uptime.now(),
+                   text_crc(text)))
