@@ -346,6 +346,74 @@ def test_recall_gives_each_hand_its_shoe_and_the_reports_of_those_shoes() -> Non
     assert [a.command for a in table.of("supervisor_action")] == ["end_shoe"]
 
 
+def test_recall_of_a_hundred_hands_over_many_shoes_has_every_shoes_report() -> None:
+    """integrity.md section 3: the reports of the shoes the recalled hands belong to. 25
+    one-hand shoes (packs voided early are the case the report is for): every one of
+    them, where at most 20 were kept (outside review, 2026-12-07)."""
+    table = Table(betting_control="none")
+    table.hello()
+    for _ in range(25):
+        table.load()
+        # commencement A and its burn, a hand (a banker natural) and a card of the next
+        for card in ["AS", "2H", "5C", "9D", "KH", "KS", "KD"]:
+            table.draw(card)
+        assert table.cmd("end_shoe").ok
+    out = table.cmd("recall", hands=100)
+    shoes = [h["shoe_id"] for h in out.result["hands"]]
+    assert len(shoes) == len(set(shoes)) == 25
+    reported = [r["shoe_id"] for r in out.result["shoe_reports"]]
+    assert sorted(reported) == sorted(shoes)
+
+
+def test_a_shoe_replaced_by_a_forced_new_shoe_counts_it_in_its_report() -> None:
+    """The forced `new_shoe` voided the shoe: its report counts it, as a `void_shoe` is
+    counted in the report of the shoe it voids; the new shoe's report counts it too (it
+    started that shoe), as for every `new_shoe` (outside review, 2026-12-07)."""
+    table = Table(betting_control="none")
+    table.hello()
+    table.commence("AS", ["2C"])
+    table.draw("9S")
+    assert table.cmd("new_shoe", force=True).ok
+    (voided,) = table.of("shoe_voided")
+    (report,) = table.of("shoe_report")
+    assert report.shoe_id == voided.shoe_id and voided.reason == "replaced"
+    assert report.supervisor_actions == {"new_shoe": 1}
+    assert table.cmd("end_shoe").ok
+    assert table.of("shoe_report")[-1].supervisor_actions == {"end_shoe": 1, "new_shoe": 1}
+
+
+@pytest.mark.parametrize("how", ["same_run", "snapshot", "replay"])
+def test_a_short_voided_shoe_does_not_hide_a_reload_of_the_last_shoe_dealt(how: str) -> None:
+    """Shoe A dealt out; shoe B, an unshuffled pack, caught at its sixth card and voided;
+    shoe C is A's pack reloaded. The previous shoe is B (integrity.md section 1), whose
+    six cards C does not repeat: `repeat_previous_shoe` also looks in the last shoe that
+    ended, while the previous one was voided, and catches C at its sixth card (outside
+    review, 2026-12-07: C was dealt out, 66 results, no alarm). Across a restart too."""
+    table = watched()
+    order = shuffled(8, 11)
+    deal_shoe(table, order, False, cut_at=300)
+    dealt = table.engine.state.previous_shoe_order
+    assert table.state["shoe_state"] == "shoe_ended" and not integrity_alarms(table)
+    table.load()
+    for card in NEW_DECK[:6]:
+        table.draw(card)
+    assert integrity_alarms(table, code="shoe_unshuffled")
+    assert table.cmd("void_shoe", reason="unshuffled pack").ok
+    assert table.engine.state.previous_shoe_order == NEW_DECK[:6]
+    assert table.engine.state.ended_shoe_order == dealt
+    _restart(table, how)
+    m = table.mark()
+    table.load()
+    for card in order[:6]:
+        table.draw(card)
+    (alarm,) = integrity_alarms(table, m, code="shoe_unshuffled")
+    assert (alarm.detector, alarm.card_index) == ("repeat_previous_shoe", 6)
+    # After a shoe that ended, it is the previous one: nothing else is compared.
+    shoe = table.engine.state.shoe
+    assert shoe is not None and shoe.integrity is not None
+    assert shoe.integrity.ended_shoe_order == dealt
+
+
 @pytest.mark.parametrize("how", ["snapshot", "replay"])
 def test_a_restart_mid_shoe_changes_neither_the_watch_nor_the_report(how: str) -> None:
     order = shuffled(8, 23)

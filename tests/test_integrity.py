@@ -275,6 +275,36 @@ def test_bad_thresholds_are_refused_naming_the_key(key: str, value: float) -> No
         IntegrityThresholds(**{key: value})  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("key", ["suited_step_run", "repeat_previous_shoe", "cusum_suit"])
+@pytest.mark.parametrize("value", [True, False])
+def test_a_boolean_threshold_is_refused_as_such(key: str, value: bool) -> None:
+    """`true` was taken as 1 (refused as "got 1") and `false` as 0 (the detector off)
+    (outside review, 2026-12-07): a boolean is refused, naming it."""
+    with pytest.raises(ValidationError, match=f"(?s){key}.*not a boolean"):
+        IntegrityThresholds(**{key: value})  # type: ignore[arg-type]
+
+
+def test_a_threshold_may_be_as_long_as_a_twelve_deck_shoe() -> None:
+    assert IntegrityThresholds(same_suit_run=624, repeat_within_shoe=624).same_suit_run == 624
+    with pytest.raises(ValidationError, match="same_suit_run"):
+        IntegrityThresholds(same_suit_run=625)
+
+
+def test_repeat_previous_shoe_also_looks_in_the_last_ended_shoe() -> None:
+    order = list(ALL_CARDS) * 8
+    random.Random(5).shuffle(order)
+    previous: list[str | None] = list(NEW_DECK[:6])
+    ended: list[str | None] = list(order[:300])
+    fresh = IntegrityWatch(decks=8, thresholds=only("repeat_previous_shoe"),
+                           previous_shoe_order=previous)
+    piece: list[str | None] = list(order[100:106][::-1])  # backwards, from the ended shoe
+    assert finals(feed(fresh, piece)) == []  # the previous shoe alone: not there
+    watch = IntegrityWatch(decks=8, thresholds=only("repeat_previous_shoe"),
+                           previous_shoe_order=previous, ended_shoe_order=ended)
+    alarms = feed(watch, piece)
+    assert finals(alarms) == [("repeat_previous_shoe", 6)]
+
+
 def test_alarm_message_names_the_detector() -> None:
     watch = IntegrityWatch(decks=8)
     alarms = feed(watch, NEW_DECK[:6])

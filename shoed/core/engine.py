@@ -156,8 +156,9 @@ PHASE_STEPS: dict[Phase, frozenset[Phase]] = {
 #: results are kept whole in `EngineState.roads` (docs/decisions.md, "Roads and
 #: integrity in the engine").
 RECORDS_KEPT = 100
-#: Shoe reports kept for `recall`: those of shoes `records` still holds hands of, at most.
-SHOE_REPORTS_KEPT = 20
+#: Shoe reports kept for `recall`: those of the shoes `records` still holds hands of (one
+#: a hand at most, if every shoe had one hand), and the newest.
+SHOE_REPORTS_KEPT = RECORDS_KEPT + 1
 #: The events that change the scoreboard (roads.md section 7).
 ROADS_EVENTS = frozenset({"shoe_started", "hand_result", "hand_voided"})
 #: The key of the held alarm `table_id_conflict` (another daemon held the table's root).
@@ -719,8 +720,11 @@ class Engine:
             self._integrity_alarm(shoe, alarm)
 
     def _new_watch(self) -> IntegrityWatch:
+        state = self._state
+        previous, ended = state.previous_shoe_order, state.ended_shoe_order
         return IntegrityWatch(decks=self.config.decks, thresholds=self.config.integrity,
-                              previous_shoe_order=list(self._state.previous_shoe_order))
+                              previous_shoe_order=list(previous),
+                              ended_shoe_order=list(ended) if ended != previous else [])
 
     def _integrity_alarm(self, shoe: ShoeState, alarm: IntegrityAlarm) -> None:
         if alarm.kind == "shoe_order_suspect":  # the preliminary notice: momentary
@@ -745,11 +749,15 @@ class Engine:
             if alarm.key.startswith(INTEGRITY_KEY):
                 self._alarm_clear(alarm.key, message)
 
-    def _shoe_over(self, shoe: ShoeState, message: str) -> None:
-        """The shoe ended or was voided: its dealt order becomes the previous shoe's
-        (if it had cards dealt) and the watch's alarms clear."""
+    def _shoe_over(self, shoe: ShoeState, message: str, ended: bool) -> None:
+        """The shoe ended (`ended`) or was voided: its dealt order becomes the previous
+        shoe's (if it had cards dealt), and the last ended shoe's if it ended; the
+        watch's alarms clear."""
         if shoe.integrity is not None and shoe.integrity.cards:
-            self._state.previous_shoe_order = shoe.integrity.dealt_order()
+            order = shoe.integrity.dealt_order()
+            self._state.previous_shoe_order = order
+            if ended:
+                self._state.ended_shoe_order = order
         self._clear_integrity(message)
 
     def _report_if_due(self) -> None:
@@ -1267,7 +1275,7 @@ class Engine:
         shoe.betting = None
         self._emit(ev.ShoeEnded, hand_no=None, hands_played=shoe.hands_played,
                    hands_voided=shoe.hands_voided)
-        self._shoe_over(shoe, "the shoe ended")
+        self._shoe_over(shoe, "the shoe ended", ended=True)
         for card in leftovers:
             self._after_end(card)
 
@@ -1293,7 +1301,7 @@ class Engine:
         self._enter(shoe, "shoe_voided")
         shoe.betting = None
         self._emit(ev.ShoeVoided, hand_no=None, reason=reason, operator=operator)
-        self._shoe_over(shoe, "the shoe was voided")
+        self._shoe_over(shoe, "the shoe was voided", ended=False)
 
     # -- the cut card -----------------------------------------------------------------------
 
@@ -1395,6 +1403,11 @@ class Engine:
             self._flush_pull_incomplete("the shoe was replaced")
             if shoe.phase not in FINISHED_PHASES:  # (the pull's cards may have ended it)
                 self._void_shoe("replaced", c.operator)
+                # Its report counts the command that voided it (the supervisor_action
+                # event comes after the new shoe's start, so the new shoe's counts it too)
+                if shoe.report is not None:
+                    actions = shoe.report.supervisor_actions
+                    actions["new_shoe"] = actions.get("new_shoe", 0) + 1
         self._start_shoe("new_shoe")
         assert self._state.shoe is not None
         return {"shoe_id": self._state.shoe.shoe_id}

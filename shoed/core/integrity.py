@@ -33,6 +33,7 @@ CUSUM_DETECTORS = ("cusum_rank_step", "cusum_suit")
 CUSUM_MARGIN = 2.0
 CUSUM_P1 = {"cusum_rank_step": 0.6, "cusum_suit": 0.7}
 
+MAX_CARDS = 12 * 52  # a threshold longer than the largest shoe (12 decks) never fires
 AlarmKind = Literal["shoe_order_suspect", "shoe_unshuffled"]
 _RANK = {r: i + 1 for i, r in enumerate(RANKS)}  # A=1 ... K=13
 
@@ -42,14 +43,21 @@ class IntegrityThresholds(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    suited_step_run: int = Field(default=6, ge=0, le=416)
-    monotone_run: int = Field(default=8, ge=0, le=416)
-    same_suit_run: int = Field(default=13, ge=0, le=416)
-    same_rank_run: int = Field(default=7, ge=0, le=416)
-    repeat_within_shoe: int = Field(default=6, ge=0, le=416)
-    repeat_previous_shoe: int = Field(default=6, ge=0, le=416)
+    suited_step_run: int = Field(default=6, ge=0, le=MAX_CARDS)
+    monotone_run: int = Field(default=8, ge=0, le=MAX_CARDS)
+    same_suit_run: int = Field(default=13, ge=0, le=MAX_CARDS)
+    same_rank_run: int = Field(default=7, ge=0, le=MAX_CARDS)
+    repeat_within_shoe: int = Field(default=6, ge=0, le=MAX_CARDS)
+    repeat_previous_shoe: int = Field(default=6, ge=0, le=MAX_CARDS)
     cusum_rank_step: float = Field(default=16.0, ge=0, le=1000)
     cusum_suit: float = Field(default=18.0, ge=0, le=1000)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _not_a_boolean(cls, value: object) -> object:
+        if isinstance(value, bool):
+            raise ValueError("expected a number (0: off), not a boolean")
+        return value
 
     @field_validator("suited_step_run", "monotone_run", "same_suit_run", "same_rank_run")
     @classmethod
@@ -129,8 +137,9 @@ class _Derived:
         # every window of this shoe before the newest card (the one being fed)
         self.seen = _grams(watch.cards[:-1], n) if n else set()
         m = t.repeat_previous_shoe
-        previous = watch.previous_shoe_order
-        self.previous = (_grams(previous, m) | _grams(previous[::-1], m)) if m else set()
+        self.previous: set[str] = set()
+        for order in (watch.previous_shoe_order, watch.ended_shoe_order) if m else ():
+            self.previous |= _grams(order, m) | _grams(order[::-1], m)
 
     def __eq__(self, other: object) -> bool:
         """Derived data never makes two watches differ (a restored one has none yet)."""
@@ -148,7 +157,10 @@ class IntegrityWatch(BaseModel):
 
     ``previous_shoe_order`` is the dealt order of the previous shoe (the last one that
     had cards dealt, ended or voided; ``None`` for an unread card), as
-    :meth:`dealt_order` gave it then. Every field is plain data (the model dumps to JSON
+    :meth:`dealt_order` gave it then. ``ended_shoe_order``, when the previous shoe was
+    voided, is the order of the last shoe that ended: `repeat_previous_shoe` looks in
+    both, so that a short voided shoe (an unshuffled pack caught at its sixth card) does
+    not hide a reload of the last shoe dealt out. Every field is plain data (the model dumps to JSON
     and back); the mutable ones are lists changed in place, which keeps a card's work
     small.
     """
@@ -158,6 +170,7 @@ class IntegrityWatch(BaseModel):
     decks: int = Field(ge=1, le=12)
     thresholds: IntegrityThresholds = Field(default_factory=IntegrityThresholds)
     previous_shoe_order: list[str | None] = Field(default_factory=list)
+    ended_shoe_order: list[str | None] = Field(default_factory=list)
     #: the cards fed this shoe, in order, and their card_index
     cards: list[str | None] = Field(default_factory=list)
     indexes: list[int] = Field(default_factory=list)

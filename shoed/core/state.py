@@ -154,6 +154,9 @@ class EngineState(BaseModel):
     #: the dealt order of the previous shoe (the last one that had cards dealt), for the
     #: watch's repeat_previous_shoe detector across shoes and restarts
     previous_shoe_order: list[str | None] = Field(default_factory=list)
+    #: the dealt order of the last shoe that ended (not voided): compared as well while
+    #: the previous shoe is a voided one (docs/integrity.md, "The previous shoe")
+    ended_shoe_order: list[str | None] = Field(default_factory=list)
     #: the shoe_report events of recent shoes (those `records` still hold hands of), for
     #: recall; newest last
     shoe_reports: list[dict[str, Any]] = Field(default_factory=list)
