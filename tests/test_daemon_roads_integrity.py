@@ -25,8 +25,10 @@ def expected_roads(events: list[dict[str, Any]], upto: int) -> dict[str, Any]:
     """The board a consumer computes from the events up to seq `upto`."""
     results: dict[int, HandOutcome] = {}
     shoe_id: str | None = None
-    seq = 0
+    seq, instance = 0, None
     for event in events:
+        if event["seq"] <= upto:
+            instance = event["instance"]  # the board names the journal its seq is of
         if event["seq"] > upto or event["type"] not in (
                 "shoe_started", "hand_result", "hand_voided"):
             continue
@@ -37,7 +39,8 @@ def expected_roads(events: list[dict[str, Any]], upto: int) -> dict[str, Any]:
             results[event["hand_no"]] = HandOutcome.from_event(event)
         else:
             results.pop(event["hand_no"], None)
-    return roads_message(list(results.values()), seq=seq, shoe_id=shoe_id)
+    return {**roads_message(list(results.values()), seq=seq, shoe_id=shoe_id),
+            "instance": instance}
 
 
 def test_an_unshuffled_shoe_is_held_before_its_first_result(

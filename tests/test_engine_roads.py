@@ -60,7 +60,9 @@ class CheckedTable(Table):
         config = self.engine.config
         expected = roads_message(results, seq=seq, shoe_id=shoe_id, rows=config.roads_rows,
                                  tail_mode=config.roads_tail_mode)
-        assert self.engine.roads_message() == expected
+        # the board a daemon publishes names its journal instance (decisions.md 208)
+        assert self.engine.roads_message() == {**expected,
+                                               "instance": self.engine.state.instance_id}
         assert self.engine.roads_seq == seq
         CheckedTable.checks += 1
 

@@ -98,7 +98,8 @@ def test_the_spec_message_after_one_banker_natural():
                   "banker_pair": 0, "natural": 1, "longest_banker_streak": 1,
                   "longest_player_streak": 0,
                   "current_streak": {"side": "banker", "length": 1}}}
-    assert RoadsMessage.model_validate(message).model_dump(mode="json") == message
+    parsed = RoadsMessage.model_validate(message)
+    assert parsed.model_dump(mode="json", exclude_unset=True) == message
 
 
 # --- hand-checked layouts ------------------------------------------------------------

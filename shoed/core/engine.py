@@ -464,8 +464,12 @@ class Engine:
         return self._state.roads.seq
 
     def roads_message(self) -> dict[str, Any]:
-        """The `{root}/roads` message of roads.md section 7 for the current shoe."""
-        return self._roads().message()
+        """The `{root}/roads` message of roads.md section 7 for the current shoe, with the
+        journal's `instance` after its `seq` (added: a `seq` is one journal's, as an
+        event's; decisions.md 208)."""
+        board = self._roads().message()
+        return {"schema_version": board.pop("schema_version"), "seq": board.pop("seq"),
+                "instance": self._state.instance_id, **board}
 
     # -- the scoreboard -------------------------------------------------------------------
 

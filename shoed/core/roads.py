@@ -424,6 +424,9 @@ class RoadsMessage(_Model):
 
     schema_version: Literal[1]
     seq: int
+    #: the journal instance `seq` belongs to (added; absent from a board computed
+    #: outside a daemon, and from a daemon before it)
+    instance: str | None = None
     shoe_id: str | None
     rows: int
     tail_mode: TailMode
