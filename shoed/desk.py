@@ -309,13 +309,17 @@ class CommandDesk:
         first, last = journal.event_range()
         to_seq = min(command.to_seq or last, last)
         page: ReplayPage | None = None
+        # The journal this one replaced, if it was moved aside here: where its events end.
+        previous = {"previous_instance": {k: v for k, v in journal.previous_instance.items()
+                                          if k != "moved_to"}} \
+            if journal.previous_instance is not None else {}
         if first == 0 or not first <= command.from_seq <= last or to_seq < command.from_seq:
             body = refusal(command.request_id, "out_of_range",
                            (f"expected from_seq..to_seq within {first}..{last}, "
                             f"got {command.from_seq}..{command.to_seq or 'the newest'}"
                             if first else "the journal holds no event yet"),
                            "replay", sender, first_seq=first, last_seq=last,  # 0, 0: none
-                           instance=journal.instance_id)
+                           instance=journal.instance_id, **previous)
         else:
             # The journal's events are one gapless run (Journal.prune drops only the
             # oldest run), so the page is counted from its ends, not row by row (that
@@ -325,7 +329,7 @@ class CommandDesk:
             body = success(command.request_id, "replay", sender, {
                 "from_seq": command.from_seq, "to_seq": end, "count": page.count,
                 "next_from_seq": end + 1 if end < to_seq else None,
-                "instance": journal.instance_id})
+                "instance": journal.instance_id, **previous})
         answer = self._remember(key, body)
         answer.replay = page
         return answer

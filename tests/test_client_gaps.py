@@ -35,6 +35,8 @@ class ScriptedDaemon:
         self.port, self.page = port, page
         self.journal: dict[str, list[dict[str, Any]]] = {}
         self.instance = "aaaa0001"
+        # what the daemon says of the journal its current one replaced (replay answers)
+        self.previous: dict[str, Any] | None = None
         self.requests: list[tuple[int, int | None]] = []
         self.client: aiomqtt.Client | None = None
         self.ready = asyncio.Event()
@@ -67,7 +69,7 @@ class ScriptedDaemon:
         if not held or from_seq < first or from_seq > last:
             answer = {"ok": False, "error": {"code": "out_of_range", "message": (
                 f"expected from_seq..to_seq within {first}..{last}, got {from_seq}..{to_seq}"),
-                "instance": self.instance}, "result": None}
+                "instance": self.instance, **self._previous()}, "result": None}
         else:
             chosen = [e for e in held if from_seq <= e["seq"] <= end][: self.page]
             for e in chosen:
@@ -76,9 +78,12 @@ class ScriptedDaemon:
             answer = {"ok": True, "error": None, "result": {
                 "from_seq": from_seq, "to_seq": sent_to, "count": len(chosen),
                 "next_from_seq": sent_to + 1 if sent_to < end else None,
-                "instance": self.instance}}
+                "instance": self.instance, **self._previous()}}
         await self.client.publish(f"{ROOT}/cmd/response", json.dumps(
             {"request_id": cmd["request_id"], "command": "replay", **answer}), qos=1)
+
+    def _previous(self) -> dict[str, Any]:
+        return {"previous_instance": self.previous} if self.previous is not None else {}
 
     async def emit(self, seq: int, publish: bool = True) -> None:
         e = event(seq, self.instance)
@@ -155,6 +160,7 @@ async def test_new_instance_restarts_at_seq_1_and_replay_pages(broker: Any) -> N
         await wait_for(lambda: len(got) == 8, 10, "the journal, three pages")
         assert daemon.requests[0][0] == 1 and (4, None) in daemon.requests
         daemon.instance = "bbbb0002"  # an operator started a new journal
+        daemon.previous = {"instance": "aaaa0001", "last_seq": 8}  # all of it was read
         for seq in range(1, 4):
             await daemon.emit(seq, publish=seq == 3)
         await wait_for(lambda: len(got) == 11, 10, "the new instance from seq 1")
@@ -171,7 +177,8 @@ async def test_new_instance_restarts_at_seq_1_and_replay_pages(broker: Any) -> N
 
 
 async def _journal_behind_a_retained_state(
-        broker: Any, retained: tuple[int, str], cursor: Cursor
+        broker: Any, retained: tuple[int, str], cursor: Cursor,
+        previous: dict[str, Any] | None = None,
 ) -> tuple[ScriptedDaemon, asyncio.Task[None], TableFeed, list[dict[str, Any]],
            asyncio.Task[None]]:
     """A scripted daemon on journal bbbb0002 holding 1..5 (none published live), the
@@ -180,6 +187,7 @@ async def _journal_behind_a_retained_state(
     runner = asyncio.create_task(daemon.run())
     await daemon.started(runner)
     daemon.instance = "bbbb0002"
+    daemon.previous = previous
     for seq in range(1, 6):
         await daemon.emit(seq, publish=False)
     await daemon.state(*retained)
@@ -226,6 +234,37 @@ async def test_a_retained_state_of_a_new_idle_journal_is_confirmed_by_the_daemon
         assert [(e["instance"], e["seq"]) for e in got] == [
             ("bbbb0002", s) for s in range(1, 6)]
         assert feed.instance == "bbbb0002" and "aaaa0001" in feed.retired
+    finally:
+        await stop_tasks(consumer, runner)
+
+
+@pytest.mark.parametrize(("previous", "lost"), [
+    ({"instance": "aaaa0001", "last_seq": 60}, (41, 60)),  # 41..60 never reached us
+    ({"instance": "aaaa0001", "last_seq": 40}, None),  # we had all it held
+    ({"instance": "aaaa0001", "last_seq": None}, (41, None)),  # its database unreadable
+    ({"instance": "cccc0003", "last_seq": 9}, (41, None)),  # replaced twice since
+    (None, (41, None)),  # the daemon does not say (state directory emptied by hand)
+])
+@asynctest
+async def test_a_consumer_behind_on_a_replaced_journal_learns_what_it_missed(
+        broker: Any, previous: dict[str, Any] | None,
+        lost: tuple[int, int | None] | None) -> None:
+    """The cursor is at seq 40 of journal aaaa0001; the daemon now runs bbbb0002. Its
+    answers say where the journal it replaced ended (`previous_instance`): what lies
+    between is lost (an `EventsLost` of the old journal), and when the daemon cannot say
+    where it ended, a possible loss from the cursor on (`last` None): never a silent
+    skip (outside review, 2026-12-07)."""
+    _daemon, runner, feed, got, consumer = await _journal_behind_a_retained_state(
+        broker, retained=(5, "bbbb0002"), cursor=Cursor("aaaa0001", 40),
+        previous=previous)
+    try:
+        await wait_for(lambda: len(got) == 5, 10, "the new journal from seq 1")
+        assert [(e["instance"], e["seq"]) for e in got] == [
+            ("bbbb0002", s) for s in range(1, 6)]
+        # the answer naming the replaced journal comes after the events it replayed
+        await wait_for(lambda: feed._replaced is None, 5, "the replaced journal checked")
+        assert [(x.instance, x.first, x.last, x.possible) for x in feed.lost] == (
+            [] if lost is None else [("aaaa0001", *lost, lost[1] is None)])
     finally:
         await stop_tasks(consumer, runner)
 

@@ -68,10 +68,19 @@ class FeedError(ShoedClientError):
 
 
 class EventsLost(FeedError):
-    def __init__(self, instance: str | None, first: int, last: int) -> None:
+    """Events the daemon's journal no longer holds: `first`..`last` of `instance`.
+
+    `last` is None when how many is not known: the journal was replaced (a new
+    `instance`) and the daemon could not say where the old one's events ended; events
+    from `first` on, if it published any, are not in the new journal (`possible`)."""
+
+    def __init__(self, instance: str | None, first: int, last: int | None,
+                 why: str = "") -> None:
         self.instance, self.first, self.last = instance, first, last
-        super().__init__(f"events {first}..{last} of instance {instance} are no longer in "
-                         "the daemon's journal")
+        self.possible = last is None
+        span = f"{first}..{last}" if last is not None else f"from {first} on, if any,"
+        super().__init__(f"events {span} of instance {instance} are no longer in the "
+                         f"daemon's journal" + (f" ({why})" if why else ""))
 
 
 _BY_CODE: dict[str, type[CommandError]] = {

@@ -301,6 +301,9 @@ class TableFeed(TableConnection):
         self.stats = {"duplicates": 0, "replays": 0, "replayed": 0, "instances": 0,
                       "buffered_max": 0}
         self.lost: list[EventsLost] = []
+        # The journal we were in when a new one replaced it, and our cursor in it: the
+        # first answer of the new one says where the old one ended (_check_replaced).
+        self._replaced: tuple[str, int] | None = None
 
     def topics(self) -> list[str]:
         return [f"{self.root}/events", f"{self.root}/replay", f"{self.root}/state",
@@ -417,13 +420,45 @@ class TableFeed(TableConnection):
         log.warning("client_new_instance", table=self.table, old=self.instance, new=instance)
         if self.instance is not None:
             self.retired.add(self.instance)
+            if self.next_seq is not None:  # where we were in it: checked against the
+                self._replaced = (self.instance, self.next_seq - 1)  # daemon's answer
         self.instance = instance
         self.stats["instances"] += 1
         self._buffer = {s: e for s, e in self._buffer.items() if instance_of(e) == instance}
         self.next_seq = 1
         self._head = max(self._buffer, default=0)
         self._release()
+        if self._replaced is not None:  # a probe past the cursor: its answer says where
+            self._head = max(self._head, self.next_seq)  # the old journal ended
         self._schedule_gap(0.0 if self._head else self.grace_s)
+
+    def _check_replaced(self, answer: dict[str, Any]) -> None:
+        """The first answer of the journal that replaced ours: were events of the old one
+        published that we never got? Its `previous_instance` says where the old one's
+        events ended; events after our cursor up to there are lost (not in the new
+        journal: an `EventsLost` of the old instance). Without it (the state directory
+        emptied by hand, a daemon before it, or the journal replaced twice since), the
+        feed cannot tell, and says so (outside review: a consumer behind on the old
+        journal skipped its last events without a word)."""
+        if self._replaced is None:
+            return
+        (old, cursor), self._replaced = self._replaced, None
+        body = answer.get("result") or answer.get("error") or {}
+        previous = body.get("previous_instance")
+        known = isinstance(previous, dict) and previous.get("instance") == old
+        last = previous.get("last_seq") if known else None  # type: ignore[union-attr]
+        if known and isinstance(last, int) and last <= cursor:
+            return  # we had every event it held
+        why = ("the journal was replaced before they reached this consumer" if known
+               else "the journal was replaced; the daemon " + (
+                   "names another replaced journal: replaced more than once"
+                   if isinstance(previous, dict) else "does not say where it ended"))
+        lost = EventsLost(old, cursor + 1, last if isinstance(last, int) else None, why)
+        log.error("client_events_lost", table=self.table, error=str(lost),
+                  action="compare with the replaced journal, moved aside in the daemon's "
+                         "state directory (shoed check-journal DIR)" if lost.possible
+                  else "")
+        self.lost.append(lost)
 
     def _release(self) -> None:
         assert self.next_seq is not None
@@ -470,6 +505,8 @@ class TableFeed(TableConnection):
             named = (answer.get("result") or answer.get("error") or {}).get("instance")
             named = instance_of({"instance": named}) if isinstance(named, str) and named \
                 else None
+            if named is not None and named == self.instance:
+                self._check_replaced(answer)
             if named is not None and self.instance is not None \
                     and named != self.instance and named not in self.retired:
                 self._new_instance(named)  # the daemon's live journal is another
@@ -488,11 +525,11 @@ class TableFeed(TableConnection):
                 held = _held_range(answer.get("error") or {})
                 if held is not None and first < held[0]:
                     # a probe knows no upper end: all before the first held is gone
-                    lost = EventsLost(self.instance, first,
-                                      held[0] - 1 if probe else min(last, held[0] - 1))
+                    gone = held[0] - 1 if probe else min(last, held[0] - 1)
+                    lost = EventsLost(self.instance, first, gone)
                     log.error("client_events_lost", table=self.table, error=str(lost))
                     self.lost.append(lost)
-                    self.next_seq = lost.last + 1
+                    self.next_seq = gone + 1
                     self._release()
                     continue
                 # Nothing at or after `first` (yet): the head is what we have.

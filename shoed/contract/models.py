@@ -89,6 +89,16 @@ class Device(_Open):
     storage_ok: bool
 
 
+class PreviousInstance(_Open):
+    """The journal the current one replaced, when it was moved aside (`--new-journal`)."""
+
+    instance: str = Field(description="its instance id")
+    last_seq: int | None = Field(
+        description="the seq of the last event its database held when it was moved aside "
+                    "(null when it could not be read); a consumer whose cursor in it is "
+                    "lower did not get the events after its cursor")
+
+
 class CommandError(BaseModel):
     model_config = ConfigDict(extra="allow")
 
@@ -103,6 +113,8 @@ class CommandError(BaseModel):
         default=None, description="`out_of_range`: the last event the journal holds")
     instance: str | None = Field(
         default=None, description="`out_of_range`: the journal those seqs count in")
+    previous_instance: PreviousInstance | None = Field(
+        default=None, description="`out_of_range` of `replay`: as in its result")
 
 
 class Answer(_Open):
@@ -185,6 +197,9 @@ class ReplayResult(_Open):
     instance: str | None = Field(
         default=None, description="the journal the seqs count in (the daemon's current "
                                   "one: a consumer learns from it which journal is live)")
+    previous_instance: PreviousInstance | None = Field(
+        default=None, description="the journal this one replaced, when it was moved aside "
+                                  "here: absent otherwise (added)")
 
 
 class AckAlarmResult(_Open):

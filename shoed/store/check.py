@@ -36,6 +36,9 @@ from .records import inspect as inspect_records
 DB_NAME = "journal.sqlite3"
 ID_NAME = "journal.id"  # the instance id of the journal this directory holds
 DAMAGED_NAME = "journal.damaged"  # a refusal that must outlive SQLite's recovery
+# What a journal moved aside held (its instance, its last event's seq), for the journal
+# that replaces it: written by move_aside(), taken into the new journal's meta.
+PREVIOUS_NAME = "journal.previous"
 LOCK_NAME = "journal.lock"
 
 WAL_MAGIC = (0x377F0682, 0x377F0683)
@@ -205,12 +208,41 @@ def move_aside(directory: pathlib.Path) -> pathlib.Path | None:
     target.mkdir(mode=0o750)
     for name in present:
         os.rename(directory / name, target / name)
+    previous = directory / PREVIOUS_NAME
+    previous.write_text(json.dumps({**journal_end(target), "moved_to": str(target)}))
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
     return target
+
+
+def journal_end(directory: pathlib.Path) -> dict[str, object]:
+    """The instance of the journal in `directory` and its last event's seq, as far as its
+    files can be read (None where they cannot: a damaged journal may not be). The seq is
+    of the events in its database: events published from its record log after a crash
+    may have followed it."""
+    instance: str | None = None
+    with_id = directory / ID_NAME
+    if with_id.exists() and _read_id(with_id) not in ("", "?"):
+        instance = _read_id(with_id)
+    last: int | None = None
+    db = directory / DB_NAME
+    if db.exists():
+        try:
+            conn = sqlite3.connect(db.resolve().as_uri() + "?mode=ro", uri=True)
+            try:
+                row = conn.execute("SELECT value FROM meta WHERE key = 'instance_id'"
+                                   ).fetchone()
+                instance = str(row[0]) if row else instance
+                last = int(conn.execute("SELECT COALESCE(MAX(seq), 0) FROM events"
+                                        ).fetchone()[0])
+            finally:
+                conn.close()
+        except (sqlite3.Error, ValueError, TypeError):
+            pass
+    return {"instance": instance, "last_seq": last}
 
 
 def check_journal(path: pathlib.Path) -> tuple[bool, list[str]]:

@@ -39,6 +39,7 @@ from .check import (
     DB_NAME,
     ID_NAME,
     LOCK_NAME,
+    PREVIOUS_NAME,
     frames_lost,
     inspect_files,
     move_aside,
@@ -134,6 +135,20 @@ CHECKPOINT_EVERY_COMMITS = 1000
 # The uptime is written with the next commit once this old, and by save_uptime().
 UPTIME_SAVE_EVERY_S = 5.0
 REQUEST_MEMORY_S = 86400.0  # request_ids answered again for at least 24 h
+
+
+def _previous(text: str | None) -> dict[str, Any] | None:
+    """`previous_instance` as kept: {"instance", "last_seq", "moved_to"}, or None."""
+    try:
+        value = json.loads(text) if text else None
+    except ValueError:
+        return None
+    if not isinstance(value, dict) or not isinstance(value.get("instance"), str):
+        return None
+    last = value.get("last_seq")
+    return {"instance": value["instance"],
+            "last_seq": last if isinstance(last, int) and not isinstance(last, bool) else None,
+            "moved_to": str(value.get("moved_to") or "")}
 
 
 @dataclass(frozen=True)
@@ -240,6 +255,8 @@ class Journal:
         self._pending: list[Entry] = []  # recorded in the log, not yet in the database
         self._next_input_id = 1
         self.moved_aside: pathlib.Path | None = None
+        # the journal this one replaced, when it was moved aside here (_take_previous)
+        self.previous_instance: dict[str, Any] | None = None
         self.damage: list[str] = []
         self.was_clean = False  # the last stop closed the journal (clean_stop = 1)
         self.quick_checked = False  # SQLite's quick_check ran at this open
@@ -386,6 +403,10 @@ class Journal:
         self._uptime = Uptime(base, self._monotonic)
         self._uptime_saved_at = self._monotonic()
         self.instance_id = meta.get("instance_id") or self._new_instance()
+        if not tables:
+            self._take_previous()
+        kept = meta.get("previous_instance") if tables else self.meta("previous_instance")
+        self.previous_instance = _previous(kept)
         if not marker.exists():
             write_id(self.directory, self.instance_id)
         self._open_records(meta)
@@ -431,6 +452,24 @@ class Journal:
         with self.transaction():
             self.set_meta("instance_id", instance)
         return instance
+
+    def _take_previous(self) -> None:
+        """A new journal after one moved aside: what that one held (move_aside() left it
+        beside), kept in meta for as long as this journal lives (`previous_instance` in
+        the answers of `replay`: a consumer behind on the old journal learns what it
+        missed, decisions.md 209)."""
+        path = self.directory / PREVIOUS_NAME
+        try:
+            text = path.read_text()
+        except FileNotFoundError:
+            return
+        except OSError as error:
+            raise StorageError(f"journal: {failure_cause(error, self.directory)}") from error
+        if _previous(text) is not None:
+            with self.transaction():
+                self.set_meta("previous_instance", text)
+        with suppress(FileNotFoundError):
+            path.unlink()
 
     def _close_db(self) -> None:
         if self._records is not None:
