@@ -330,3 +330,28 @@ def test_a_replaced_journals_shoe_in_play_is_marked_superseded(pg: str) -> None:
                     "S-old3": ("new3", "01"), "S-new3": (None, None)}
     assert sorted(r[0] for r in query(pg, "SELECT shoe_id FROM shoes_open")) == [
         "S-b1", "S-d1", "S-new3"]
+
+
+def test_the_cursor_never_moves_back_within_a_journal(pg: str) -> None:
+    """A worker that lost its table's lock writes on for up to `claim_interval_s` before
+    it notices (outside review): its rows are idempotent, and its cursor, behind the one
+    that took the table over, no longer moves the stored cursor back. A new journal
+    (another instance) still starts it again at its own seq."""
+    from shoed.sink.db import apply_batch, migrate
+
+    def event(instance: str, seq: int) -> dict[str, Any]:
+        return {"schema_version": 1, "type": "card", "event_id": f"T05-{instance}-{seq}",
+                "seq": seq, "ts": f"2026-12-07T12:00:{seq:02}+00:00", "table_id": "T05",
+                "instance": instance, "hand_no": None, "shoe_id": None}
+
+    async def run() -> None:
+        async with await psycopg.AsyncConnection.connect(pg) as conn:
+            await migrate(conn)
+            await apply_batch(conn, "T05", [event("aaaa", s) for s in range(1, 11)])
+            await apply_batch(conn, "T05", [event("aaaa", s) for s in range(4, 7)])  # behind
+            assert query(pg, "SELECT instance, seq FROM sink_cursor WHERE table_id = 'T05'") \
+                == [("aaaa", 10)]
+            await apply_batch(conn, "T05", [event("bbbb", 1), event("bbbb", 2)])
+            assert query(pg, "SELECT instance, seq FROM sink_cursor WHERE table_id = 'T05'") \
+                == [("bbbb", 2)]
+    asyncio.run(run())

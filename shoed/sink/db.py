@@ -212,7 +212,11 @@ async def apply_batch(conn: psycopg.AsyncConnection[Any], table: str,
         await cur.execute(
             "INSERT INTO sink_cursor (table_id, instance, seq) VALUES (%s, %s, %s) "
             "ON CONFLICT (table_id) DO UPDATE SET instance = excluded.instance, "
-            "seq = excluded.seq, updated_at = now()",
+            "seq = excluded.seq, updated_at = now() "
+            # never back within a journal: a worker that lost its table's lock and has not
+            # noticed yet (up to claim_interval_s) writes behind the one that took it
+            "WHERE sink_cursor.instance IS DISTINCT FROM excluded.instance "
+            "OR sink_cursor.seq < excluded.seq",
             (table, instance_of(last), last["seq"]))
     return new
 
