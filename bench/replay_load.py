@@ -47,6 +47,21 @@ from shoed.sim.shoe import PtyShoe, Script  # noqa: E402
 TABLE = "BENCH"
 
 
+def daemon_config(tmp: pathlib.Path, port: int, client_id: str,
+                  events: int) -> pathlib.Path:
+    """The bench daemon's config: its state and shoe in `tmp`, a replay of `events` at
+    once."""
+    return write_config(tmp / "shoed.toml", {
+        "table": {"id": TABLE, "betting_control": "none"},
+        "device": {"port": str(tmp / "shoe")},
+        "mqtt": {"url": f"mqtt://127.0.0.1:{port}", "client_id": client_id},
+        "rules": {"decks": 8},
+        "state": {"dir": str(tmp / "state")},
+        "replay": {"max_events": events},
+        "log": {"format": "json"},
+    })
+
+
 async def round_(mode: str, journal_dir: pathlib.Path, events: int, cards: int, pace: float,
                  broker: PrivateMosquitto) -> dict[str, Any]:
     tmp = pathlib.Path(tempfile.mkdtemp(prefix=f"bench-replay-{mode}-"))
@@ -98,19 +113,10 @@ async def round_(mode: str, journal_dir: pathlib.Path, events: int, cards: int, 
     sub = asyncio.create_task(subscribe())
     await ready.wait()
     runner = asyncio.create_task(pty.run())
-    config = write_config(tmp / "shoed.toml", {
-        "table": {"id": TABLE, "betting_control": "none"},
-        "device": {"port": str(tmp / "shoe")},
-        # A client id of the round's own: with a shared one, the broker kept the session
-        # of the last `none` round, queued the `replay` round's command for it, and the
-        # next `none` round's daemon replayed the journal too.
-        "mqtt": {"url": f"mqtt://127.0.0.1:{broker.port}",
-                 "client_id": f"bench-{mode}-{time.time_ns()}"},
-        "rules": {"decks": 8},
-        "state": {"dir": str(tmp / "state")},
-        "replay": {"max_events": events},
-        "log": {"format": "json"},
-    })
+    # A client id of the round's own: with a shared one, the broker kept the session of
+    # the last `none` round, queued the `replay` round's command for it, and the next
+    # `none` round's daemon replayed the journal too.
+    config = daemon_config(tmp, broker.port, f"bench-{mode}-{time.time_ns()}", events)
     proc = subprocess.Popen([sys.executable, "-m", "shoed.cli", "run", "--config", str(config)],
                             stdout=open(tmp / "shoed.log", "wb"),  # noqa: SIM115
                             stderr=subprocess.STDOUT)

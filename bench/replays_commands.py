@@ -37,12 +37,10 @@ sys.path.insert(0, str(ROOT / "bench"))
 from grow_journal import grow  # noqa: E402
 from latency import pct  # noqa: E402
 from procfs import cpu_seconds, stop  # noqa: E402
+from replay_load import TABLE, daemon_config  # noqa: E402
 
-from shoed.config import write_config  # noqa: E402
 from shoed.sim.broker import PrivateMosquitto  # noqa: E402
 from shoed.sim.shoe import PtyShoe, Script, SimulatedShoe  # noqa: E402
-
-TABLE = "BENCH"
 
 
 async def run(args: argparse.Namespace, journal_dir: pathlib.Path,
@@ -60,16 +58,7 @@ async def run(args: argparse.Namespace, journal_dir: pathlib.Path,
     subscribers = [subprocess.Popen(["mosquitto_sub", "-p", str(broker.port), "-q", "1",
                                      "-t", f"{root}/replay"], stdout=subprocess.DEVNULL)
                    for _ in range(args.subscribers)]
-    config = write_config(tmp / "shoed.toml", {
-        "table": {"id": TABLE, "betting_control": "none"},
-        "device": {"port": str(tmp / "shoe")},
-        "mqtt": {"url": f"mqtt://127.0.0.1:{broker.port}",
-                 "client_id": f"bench-{time.time_ns()}"},
-        "rules": {"decks": 8},
-        "state": {"dir": str(tmp / "state")},
-        "replay": {"max_events": args.events},
-        "log": {"format": "json"},
-    })
+    config = daemon_config(tmp, broker.port, f"bench-{time.time_ns()}", args.events)
     proc = subprocess.Popen([sys.executable, "-m", "shoed.cli", "run", "--config", str(config)],
                             stdout=open(tmp / "shoed.log", "wb"),  # noqa: SIM115
                             stderr=subprocess.STDOUT)
