@@ -165,6 +165,12 @@ class CommandDesk:
         found = self._remembered(sender, request_id)
         if found is not None:
             known, body = found
+            if incoming.retained and known and known != key[2]:
+                # Another command took this request_id: this retained one was never
+                # answered (outside review: it went unanswered). Once, by its hash.
+                return self._retained_once(incoming, request_id, name,
+                                           f"its request_id {request_id!r} was used before "
+                                           "for another command")
             if incoming.retained:
                 log.info("retained_command_seen_again", action="not answered again")
                 return Answer(None)
@@ -256,9 +262,20 @@ class CommandDesk:
         if not incoming.retained:
             return Answer(refusal(parsed.request_id, parsed.code, parsed.message,
                                   parsed.command, sender))
-        # A retained payload that is not a command: still answered once only, remembered
-        # by the payload's hash (not by a request_id it may name: that id may belong to
-        # a command answered before, or to come; decisions.md 106).
+        if not incoming.payload:
+            # An empty retained message: what clears a retained command (as the refusal
+            # asks), not a command of its own; no answer would match a request.
+            self.log.info("retained_command_cleared", sender=sender)
+            return Answer(None)
+        return self._retained_once(incoming, parsed.request_id, parsed.command,
+                                   f"this one is not a command: {parsed.message}")
+
+    def _retained_once(self, incoming: Incoming, request_id: str | None, name: str | None,
+                       why: str) -> Answer:
+        """A retained message that cannot be remembered by its request_id (not a command,
+        or its id taken by another command): answered once only, remembered by the
+        payload's hash (decisions.md 106)."""
+        sender = incoming.sender
         payload = incoming.payload.encode() if isinstance(incoming.payload, str) \
             else incoming.payload
         digest = hashlib.sha256(payload).hexdigest()[:32]
@@ -266,9 +283,9 @@ class CommandDesk:
         if self._remembered(sender, remembered_as) is not None:
             return Answer(None)
         return self._remember((sender, remembered_as, digest), refusal(
-            parsed.request_id, "retained_command_ignored",
-            f"a retained message is never applied (and this one is not a command: "
-            f"{parsed.message})", parsed.command, sender))
+            request_id, "retained_command_ignored",
+            f"a retained message is never applied ({why}); publish commands with retain "
+            "off, and clear the retained message", name, sender))
 
     def _remembered(self, sender: str, request_id: str) -> tuple[str, dict[str, Any]] | None:
         try:

@@ -634,3 +634,57 @@ def test_the_will_carries_the_content_type_and_says_which_daemon_went_offline(
             await wait_for(lambda: daemon.mqtt.connects > connects, 15, "reconnected")
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("protocol", ["5", "3.1.1"])
+def test_an_answer_the_broker_will_not_take_never_takes_the_table_offline(
+        tmp_path: pathlib.Path, secure, protocol: str) -> None:
+    """A command is acknowledged only once answered; an answer the broker drops the
+    daemon's connection on had the command delivered again, answered again, at every
+    connect: no answer and no event any more, a false `table_id_conflict`, and a daemon
+    restart did not help (outside review, 2026-12-07). Two ways in, both tried here on
+    the shipped ACL's broker (64 KiB packets):
+    - MQTT 5: a response topic with a wildcard under the sender's own answer topic: the
+      answer goes to the sender's own topic, the connection kept;
+    - MQTT 3.1.1, which gives no packet limit: a `recall` answer over the broker's limit
+      ([commands] max_packet_size left at its 256 KiB): the connection is lost once, then
+      the command is answered `too_large` on the sender's own topic.
+    Every later command is answered, and events flow."""
+    broker, pki = secure
+
+    async def main() -> None:
+        async with User("pit-supervisor-1", broker, pki) as pit, \
+                User("game-server-1", broker, pki) as game, \
+                User("consumer", broker, pki, everything=True) as consumer, \
+                table(tmp_path, broker, pki, script=Script(pace_s=0.002, shoes=0),
+                      mqtt={"protocol": protocol}) as r:
+            daemon = r.daemon
+            await wait_for(lambda: daemon.status.mqtt_connected, 15, "daemon connected")
+            if protocol == "5":
+                await wait_for(lambda: len(consumer.on("events")) >= 20, 30, "cards dealt")
+                for wildcard in ("#", "+", "x/#"):
+                    props = Properties(PacketTypes.PUBLISH)
+                    props.ResponseTopic = f"{T}/cmd/response/game-server-1/{wildcard}"
+                    request_id = f"wild-{wildcard}"
+                    await game.send(cmd(request_id, "whoami"), properties=props)
+                    await wait_for(lambda rid=request_id: game.of(rid), 15, "its answer")
+                    message = next(m for m in game.messages
+                                   if request_id.encode() in m.payload)  # type: ignore
+                    assert str(message.topic) == f"{T}/cmd/response/game-server-1"
+                assert daemon.mqtt.connects == 1  # the connection was never lost on them
+            else:
+                await wait_for(lambda: sum(e["type"] == "hand_result"
+                                           for e in consumer.on("events")) >= 100, 60,
+                               "a hundred hands dealt")
+                big = await pit.ask(cmd("recall-100", "recall", hands=100))
+                assert big["ok"] is False and big["error"]["code"] == "too_large", big
+                assert "was not delivered" in big["error"]["message"]
+            assert (await pit.ask(cmd("after", "whoami")))["ok"]
+            seen = len(consumer.on("events"))
+            await wait_for(lambda: len(consumer.on("events")) > seen + 20, 15,
+                           "events after it")
+            assert daemon.status.mqtt_connected
+            alarms = [e for e in consumer.on("events")
+                      if e["type"] == "alarm" and e["code"] == "table_id_conflict"]
+            assert not alarms, alarms
+    asyncio.run(main())

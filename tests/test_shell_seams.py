@@ -228,6 +228,18 @@ def test_desk_answers_once_per_request_id_and_refuses_what_it_cannot_read(
             assert first_time.body["error"]["code"] == "retained_command_ignored"
             assert desk.handle(retained).body is None  # delivered again: answered once
             assert desk.handle(json.dumps(command)).body == first.body  # c1 still c1's
+            # A retained command whose request_id another command took: it was never
+            # answered (outside review: it went unanswered); once, by its hash.
+            reused = Incoming(json.dumps({"request_id": "c1", "command": "void_shoe",
+                                          "operator": "sup", "reason": "x"}), retained=True)
+            once = desk.handle(reused)
+            assert once.body is not None and once.body["request_id"] == "c1"
+            assert once.body["error"]["code"] == "retained_command_ignored"
+            assert desk.handle(reused).body is None
+            # An empty retained message (what clears a retained command) is no command:
+            # no answer, which no request would match.
+            assert desk.handle(Incoming(b"", retained=True)).body is None
+            assert desk.handle(b"").body["error"]["code"] == "invalid_json"  # not retained
     asyncio.run(main())
 
 
@@ -312,7 +324,10 @@ def test_the_sender_comes_from_the_command_topic(tmp_path: pathlib.Path) -> None
                 "shoed/T9/cmd/response/pit-1/x"
             # A response topic elsewhere (a fake event, another user's answers) is refused.
             for elsewhere in ("shoed/T9/events", "shoed/T9/cmd/response/pit-10",
-                              "shoed/T9/cmd/response/other"):
+                              "shoed/T9/cmd/response/other",
+                              # not a topic name: the broker would drop the daemon
+                              "shoed/T9/cmd/response/pit-1/#", "shoed/T9/cmd/response/pit-1/+",
+                              "shoed/T9/cmd/response/pit-1/a\x00b"):
                 assert mqtt.answer_topic("pit-1", elsewhere) == "shoed/T9/cmd/response/pit-1"
             assert mqtt.answer_topic("anonymous", "shoed/T9/cmd/response/pit-1") == \
                 "shoed/T9/cmd/response"
