@@ -327,8 +327,7 @@ class CommandDesk:
         to_seq = min(command.to_seq or last, last)
         page: ReplayPage | None = None
         # The journal this one replaced, if it was moved aside here: where its events end.
-        previous = {"previous_instance": {k: v for k, v in journal.previous_instance.items()
-                                          if k != "moved_to"}} \
+        previous = {"previous_instance": journal.previous_instance} \
             if journal.previous_instance is not None else {}
         if first == 0 or not first <= command.from_seq <= last or to_seq < command.from_seq:
             body = refusal(command.request_id, "out_of_range",

@@ -520,8 +520,9 @@ def test_a_new_journal_keeps_where_the_one_it_replaced_ended_and_replay_says_it(
     journal = recorder.journal
     ended = last if damage == "newer_schema" else None
     assert journal.moved_aside is not None and journal.instance_id != old
-    assert journal.previous_instance == {"instance": old, "last_seq": ended,
-                                         "moved_to": str(journal.moved_aside)}
+    assert journal.previous_instance == {"instance": old, "last_seq": ended}
+    assert json.loads(journal.meta("previous_instance") or "") == {
+        "instance": old, "last_seq": ended, "moved_to": str(journal.moved_aside)}
     assert not (state / "journal.previous").exists()  # taken into the new journal
     desk = CommandDesk(recorder, logs.get("shoed"))
     out = desk.handle(json.dumps({"request_id": "p1", "command": "replay", "operator": "x",

@@ -138,7 +138,8 @@ REQUEST_MEMORY_S = 86400.0  # request_ids answered again for at least 24 h
 
 
 def _previous(text: str | None) -> dict[str, Any] | None:
-    """`previous_instance` as kept: {"instance", "last_seq", "moved_to"}, or None."""
+    """`previous_instance` as `replay` answers name it, {"instance", "last_seq"}, from
+    the text kept in meta (which also says where it was moved, `moved_to`), or None."""
     try:
         value = json.loads(text) if text else None
     except ValueError:
@@ -147,8 +148,7 @@ def _previous(text: str | None) -> dict[str, Any] | None:
         return None
     last = value.get("last_seq")
     return {"instance": value["instance"],
-            "last_seq": last if isinstance(last, int) and not isinstance(last, bool) else None,
-            "moved_to": str(value.get("moved_to") or "")}
+            "last_seq": last if isinstance(last, int) and not isinstance(last, bool) else None}
 
 
 @dataclass(frozen=True)
@@ -403,10 +403,8 @@ class Journal:
         self._uptime = Uptime(base, self._monotonic)
         self._uptime_saved_at = self._monotonic()
         self.instance_id = meta.get("instance_id") or self._new_instance()
-        if not tables:
-            self._take_previous()
-        kept = meta.get("previous_instance") if tables else self.meta("previous_instance")
-        self.previous_instance = _previous(kept)
+        self.previous_instance = _previous(meta.get("previous_instance")) if tables \
+            else self._take_previous()
         if not marker.exists():
             write_id(self.directory, self.instance_id)
         self._open_records(meta)
@@ -453,23 +451,25 @@ class Journal:
             self.set_meta("instance_id", instance)
         return instance
 
-    def _take_previous(self) -> None:
+    def _take_previous(self) -> dict[str, Any] | None:
         """A new journal after one moved aside: what that one held (move_aside() left it
         beside), kept in meta for as long as this journal lives (`previous_instance` in
         the answers of `replay`: a consumer behind on the old journal learns what it
-        missed, decisions.md 209)."""
+        missed, decisions.md 209). Returns it, or None."""
         path = self.directory / PREVIOUS_NAME
         try:
             text = path.read_text()
         except FileNotFoundError:
-            return
+            return None
         except OSError as error:
             raise StorageError(f"journal: {failure_cause(error, self.directory)}") from error
-        if _previous(text) is not None:
+        previous = _previous(text)
+        if previous is not None:
             with self.transaction():
                 self.set_meta("previous_instance", text)
         with suppress(FileNotFoundError):
             path.unlink()
+        return previous
 
     def _close_db(self) -> None:
         if self._records is not None:

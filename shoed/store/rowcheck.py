@@ -31,7 +31,7 @@ def checksum_mismatches(conn: sqlite3.Connection) -> str | None:
     disk did not report, an edit by hand) passes them, and the daemon would serve it as
     it reads. The text is read as the bytes stored (an invalid UTF-8 byte is a mismatch
     too, not an error); rows written before schema 6 (crc NULL) are not checked."""
-    conn.create_function("shoed_crc", 1, _stored_crc, deterministic=True)
+    conn.create_function("shoed_crc", 1, zlib.crc32, deterministic=True)
     found: list[str] = []
     for table, key, column in CHECKSUMMED:
         rows = [row[0] for row in conn.execute(
@@ -50,10 +50,6 @@ def checksum_mismatches(conn: sqlite3.Connection) -> str | None:
 
 # The problems of rows (not of SQLite's structure): recorded as they read.
 ROW_PROBLEMS = ("events missing", "rows changed")
-
-
-def _stored_crc(stored: bytes | None) -> int | None:
-    return None if stored is None else zlib.crc32(stored)
 
 
 def events_gap(conn: sqlite3.Connection) -> str | None:
