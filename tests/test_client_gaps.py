@@ -12,6 +12,8 @@ from typing import Any
 
 import aiomqtt
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from kit import asynctest, stop_tasks
 from rig import wait_for
 
@@ -160,7 +162,8 @@ async def test_new_instance_restarts_at_seq_1_and_replay_pages(broker: Any) -> N
         await wait_for(lambda: len(got) == 8, 10, "the journal, three pages")
         assert daemon.requests[0][0] == 1 and (4, None) in daemon.requests
         daemon.instance = "bbbb0002"  # an operator started a new journal
-        daemon.previous = {"instance": "aaaa0001", "last_seq": 8}  # all of it was read
+        daemon.previous = {"instance": "aaaa0001", "last_seq": 8,  # all of it was read
+                           "more_possible": False}
         for seq in range(1, 4):
             await daemon.emit(seq, publish=seq == 3)
         await wait_for(lambda: len(got) == 11, 10, "the new instance from seq 1")
@@ -239,16 +242,24 @@ async def test_a_retained_state_of_a_new_idle_journal_is_confirmed_by_the_daemon
 
 
 @pytest.mark.parametrize(("previous", "lost"), [
-    ({"instance": "aaaa0001", "last_seq": 60}, (41, 60)),  # 41..60 never reached us
-    ({"instance": "aaaa0001", "last_seq": 40}, None),  # we had all it held
-    ({"instance": "aaaa0001", "last_seq": None}, (41, None)),  # its database unreadable
-    ({"instance": "cccc0003", "last_seq": 9}, (41, None)),  # replaced twice since
-    (None, (41, None)),  # the daemon does not say (state directory emptied by hand)
+    # 41..60 never reached us
+    ({"instance": "aaaa0001", "last_seq": 60, "more_possible": False}, [(41, 60)]),
+    # we had all it held
+    ({"instance": "aaaa0001", "last_seq": 40, "more_possible": False}, []),
+    # its record log held inputs its database lacked: more may have been published
+    ({"instance": "aaaa0001", "last_seq": 40, "more_possible": True}, [(41, None)]),
+    ({"instance": "aaaa0001", "last_seq": 60, "more_possible": True},
+     [(41, 60), (61, None)]),
+    # a daemon before the field: it could not say, so more may have followed
+    ({"instance": "aaaa0001", "last_seq": 40}, [(41, None)]),
+    ({"instance": "aaaa0001", "last_seq": None}, [(41, None)]),  # its database unreadable
+    ({"instance": "cccc0003", "last_seq": 9}, [(41, None)]),  # replaced twice since
+    (None, [(41, None)]),  # the daemon does not say (state directory emptied by hand)
 ])
 @asynctest
 async def test_a_consumer_behind_on_a_replaced_journal_learns_what_it_missed(
         broker: Any, previous: dict[str, Any] | None,
-        lost: tuple[int, int | None] | None) -> None:
+        lost: list[tuple[int, int | None]]) -> None:
     """The cursor is at seq 40 of journal aaaa0001; the daemon now runs bbbb0002. Its
     answers say where the journal it replaced ended (`previous_instance`): what lies
     between is lost (an `EventsLost` of the old journal), and when the daemon cannot say
@@ -263,8 +274,8 @@ async def test_a_consumer_behind_on_a_replaced_journal_learns_what_it_missed(
             ("bbbb0002", s) for s in range(1, 6)]
         # the answer naming the replaced journal comes after the events it replayed
         await wait_for(lambda: feed._replaced is None, 5, "the replaced journal checked")
-        assert [(x.instance, x.first, x.last, x.possible) for x in feed.lost] == (
-            [] if lost is None else [("aaaa0001", *lost, lost[1] is None)])
+        assert [(x.instance, x.first, x.last, x.possible) for x in feed.lost] == [
+            ("aaaa0001", first, last, last is None) for first, last in lost]
     finally:
         await stop_tasks(consumer, runner)
 
@@ -351,3 +362,30 @@ async def test_a_stored_cursor_wins_over_from_seq_and_says_so(broker: Any) -> No
     assert feed.next_seq == 41
     (warning,) = [e for e in logs if e["event"] == "client_from_seq_ignored"]
     assert (warning["from_seq"], warning["cursor_seq"]) == (10, 40)
+
+
+@given(cursor=st.integers(0, 200), last=st.one_of(st.none(), st.integers(0, 200)),
+       more=st.one_of(st.none(), st.booleans()),
+       instance=st.sampled_from(["aaaa0001", "cccc0003"]))
+def test_a_replaced_journal_s_losses_are_certain_then_possible_never_overlapping(
+        cursor: int, last: int | None, more: bool | None, instance: str) -> None:
+    """replaced_losses: the certain loss is cursor+1..last_seq, the possible one starts
+    after both; a journal that says it held no more than the cursor gives none."""
+    from shoed.client.errors import replaced_losses
+    previous: dict[str, Any] = {"instance": instance, "last_seq": last}
+    if more is not None:
+        previous["more_possible"] = more
+    lost = replaced_losses("aaaa0001", cursor, previous)
+    known = instance == "aaaa0001"
+    certain = [x for x in lost if not x.possible]
+    possible = [x for x in lost if x.possible]
+    assert all(x.instance == "aaaa0001" for x in lost)
+    if known and last is not None and last > cursor:
+        assert [(x.first, x.last) for x in certain] == [(cursor + 1, last)]
+    else:
+        assert certain == []
+    if known and last is not None and more is False:
+        assert possible == []
+    else:
+        end = last if known and last is not None else cursor
+        assert [(x.first, x.last) for x in possible] == [(max(cursor, end) + 1, None)]

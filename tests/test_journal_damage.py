@@ -21,6 +21,7 @@ import pytest
 
 from shoed.store.check import check_journal, read_wal_index
 from shoed.store.journal import SCHEMA_VERSION, Journal
+from shoed.store.records import RecordLog
 from shoed.store.statedir import JournalDamaged, StorageError
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -485,9 +486,17 @@ def test_inputs_replayed_by_another_engine_to_another_seq_are_refused_as_such_no
     assert not (state / "journal.damaged").exists()
 
 
-@pytest.mark.parametrize("damage", ["newer_schema", "db_deleted"])
+@pytest.mark.parametrize(("damage", "records", "more"), [
+    ("newer_schema", "none", False),
+    # a crash left a frame's input in the record log, not in the database: its events
+    # may have been published after the last seq the database holds (decisions.md 213)
+    ("newer_schema", "unwritten", True),
+    ("newer_schema", "written", False),  # an entry the database already holds
+    ("newer_schema", "garbage", True),  # a record log that cannot be read: cannot tell
+    ("db_deleted", "none", True),
+])
 def test_a_new_journal_keeps_where_the_one_it_replaced_ended_and_replay_says_it(
-        tmp_path: pathlib.Path, damage: str) -> None:
+        tmp_path: pathlib.Path, damage: str, records: str, more: bool) -> None:
     """A consumer behind on a journal that --new-journal moves aside never gets its last
     events (they are not in the new one). The new journal keeps the old one's instance
     and its last event's seq (None when its database is gone), for as long as it lives,
@@ -507,6 +516,14 @@ def test_a_new_journal_keeps_where_the_one_it_replaced_ended_and_replay_says_it(
     with sqlite3.connect(db(state)) as conn:
         old = conn.execute("SELECT value FROM meta WHERE key = 'instance_id'").fetchone()[0]
         last = conn.execute("SELECT MAX(seq) FROM events").fetchone()[0]
+        newest = conn.execute("SELECT MAX(id) FROM inputs").fetchone()[0]
+    if records == "garbage":
+        (state / "journal.records").write_bytes(b"not a record log")
+    elif records != "none":
+        log = RecordLog(state / "journal.records", old)
+        taken = newest + 1 if records == "unwritten" else newest
+        log.append([(taken, 1.0, '{"type": "tick"}')], taken, "{}")
+        log.close()
     if damage == "newer_schema":
         with sqlite3.connect(db(state)) as conn:
             conn.execute("PRAGMA user_version=7")
@@ -520,15 +537,18 @@ def test_a_new_journal_keeps_where_the_one_it_replaced_ended_and_replay_says_it(
     journal = recorder.journal
     ended = last if damage == "newer_schema" else None
     assert journal.moved_aside is not None and journal.instance_id != old
-    assert journal.previous_instance == {"instance": old, "last_seq": ended}
+    assert journal.previous_instance == {"instance": old, "last_seq": ended,
+                                         "more_possible": more}
     assert json.loads(journal.meta("previous_instance") or "") == {
-        "instance": old, "last_seq": ended, "moved_to": str(journal.moved_aside)}
+        "instance": old, "last_seq": ended, "more_possible": more,
+        "moved_to": str(journal.moved_aside)}
     assert not (state / "journal.previous").exists()  # taken into the new journal
     desk = CommandDesk(recorder, logs.get("shoed"))
     out = desk.handle(json.dumps({"request_id": "p1", "command": "replay", "operator": "x",
                                   "from_seq": 1}))
     assert out.body is not None and out.body["error"]["code"] == "out_of_range"
-    assert out.body["error"]["previous_instance"] == {"instance": old, "last_seq": ended}
+    assert out.body["error"]["previous_instance"] == {"instance": old, "last_seq": ended,
+                                                      "more_possible": more}
     journal.close()
     again = Journal(state)  # kept across starts
     assert again.previous_instance is not None and again.previous_instance["instance"] == old

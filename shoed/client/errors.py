@@ -83,6 +83,36 @@ class EventsLost(FeedError):
                          f"daemon's journal" + (f" ({why})" if why else ""))
 
 
+def replaced_losses(old: str, cursor: int, previous: Any) -> list[EventsLost]:
+    """What a consumer at `cursor` of journal `old` lost when the daemon's journal was
+    replaced, from the new journal's `previous_instance` (a `replay` answer's): events
+    after the cursor up to its `last_seq` (certain), and a possible loss after
+    `max(cursor, last_seq)` when it says more may have been published (`more_possible`:
+    a crash left inputs in its record log; absent, from a daemon before the field: may).
+    Without it (the state directory emptied by hand, a daemon before it, or the journal
+    replaced twice since) nothing can be told: a possible loss from the cursor on
+    (decisions.md 209, 213)."""
+    known = isinstance(previous, dict) and previous.get("instance") == old
+    last = previous.get("last_seq") if known else None
+    last = last if isinstance(last, int) and not isinstance(last, bool) else None
+    more = last is None or previous.get("more_possible") is not False
+    lost: list[EventsLost] = []
+    if last is not None and last > cursor:
+        lost.append(EventsLost(old, cursor + 1, last,
+                               "the journal was replaced before they reached this consumer"))
+    if more:
+        why = ("the replaced journal's record log held inputs its database lacked, or "
+               f"could not be read: events after seq {last} may have been published"
+               if last is not None
+               else "the replaced journal's database could not be read: where its events "
+               "ended is not known" if known
+               else "the journal was replaced; the daemon " + (
+                   "names another replaced journal: replaced more than once"
+                   if isinstance(previous, dict) else "does not say where it ended"))
+        lost.append(EventsLost(old, max(cursor, last or 0) + 1, None, why))
+    return lost
+
+
 _BY_CODE: dict[str, type[CommandError]] = {
     "invalid_json": InvalidCommand, "invalid_command": InvalidCommand,
     "unknown_command": InvalidCommand, "forbidden": Forbidden,

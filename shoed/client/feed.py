@@ -39,7 +39,7 @@ from shoed.aio import cancel_and_wait, wait_set
 from shoed.mqtt.brokers import BrokerList, split_urls
 
 from .cursor import Cursor, CursorStore, MemoryCursorStore
-from .errors import CommandTimeout, EventsLost, error_for
+from .errors import CommandTimeout, EventsLost, error_for, replaced_losses
 
 log = structlog.get_logger("shoed.client")
 _HELD = re.compile(r"within (\d+)\.\.(\d+)")
@@ -434,31 +434,19 @@ class TableFeed(TableConnection):
 
     def _check_replaced(self, answer: dict[str, Any]) -> None:
         """The first answer of the journal that replaced ours: were events of the old one
-        published that we never got? Its `previous_instance` says where the old one's
-        events ended; events after our cursor up to there are lost (not in the new
-        journal: an `EventsLost` of the old instance). Without it (the state directory
-        emptied by hand, a daemon before it, or the journal replaced twice since), the
-        feed cannot tell, and says so (outside review: a consumer behind on the old
-        journal skipped its last events without a word)."""
+        published that we never got? (:func:`replaced_losses`; outside review: a consumer
+        behind on the old journal skipped its last events without a word.)"""
         if self._replaced is None:
             return
         (old, cursor), self._replaced = self._replaced, None
         body = answer.get("result") or answer.get("error") or {}
-        previous = body.get("previous_instance")
-        known = isinstance(previous, dict) and previous.get("instance") == old
-        last = previous.get("last_seq") if known else None  # type: ignore[union-attr]
-        if known and isinstance(last, int) and last <= cursor:
-            return  # we had every event it held
-        why = ("the journal was replaced before they reached this consumer" if known
-               else "the journal was replaced; the daemon " + (
-                   "names another replaced journal: replaced more than once"
-                   if isinstance(previous, dict) else "does not say where it ended"))
-        lost = EventsLost(old, cursor + 1, last if isinstance(last, int) else None, why)
-        log.error("client_events_lost", table=self.table, error=str(lost),
-                  action="compare with the replaced journal, moved aside in the daemon's "
-                         "state directory (shoed check-journal DIR)" if lost.possible
-                  else "")
-        self.lost.append(lost)
+        lost = replaced_losses(old, cursor, body.get("previous_instance"))
+        for each in lost:
+            log.error("client_events_lost", table=self.table, error=str(each),
+                      action="compare with the replaced journal, moved aside in the "
+                             "daemon's state directory (shoed check-journal DIR)"
+                      if each.possible else "")
+        self.lost.extend(lost)
 
     def _release(self) -> None:
         assert self.next_seq is not None

@@ -97,6 +97,13 @@ class PreviousInstance(_Open):
         description="the seq of the last event its database held when it was moved aside "
                     "(null when it could not be read); a consumer whose cursor in it is "
                     "lower did not get the events after its cursor")
+    more_possible: bool = Field(
+        default=True,
+        description="true when events after last_seq may have been published all the "
+                    "same: the journal's record log held inputs its database lacked (a "
+                    "crash before their events were written) or could not be read, or "
+                    "last_seq is null; a consumer cannot tell whether it got them "
+                    "(added; absent from a daemon before it: take it as true)")
 
 
 class CommandError(BaseModel):

@@ -36,7 +36,8 @@ from .records import inspect as inspect_records
 DB_NAME = "journal.sqlite3"
 ID_NAME = "journal.id"  # the instance id of the journal this directory holds
 DAMAGED_NAME = "journal.damaged"  # a refusal that must outlive SQLite's recovery
-# What a journal moved aside held (its instance, its last event's seq), for the journal
+# What a journal moved aside held (its instance, its last event's seq, whether more may have
+# followed), for the journal
 # that replaces it: written by move_aside(), taken into the new journal's meta.
 PREVIOUS_NAME = "journal.previous"
 LOCK_NAME = "journal.lock"
@@ -219,15 +220,18 @@ def move_aside(directory: pathlib.Path) -> pathlib.Path | None:
 
 
 def journal_end(directory: pathlib.Path) -> dict[str, object]:
-    """The instance of the journal in `directory` and its last event's seq, as far as its
-    files can be read (None where they cannot: a damaged journal may not be). The seq is
-    of the events in its database: events published from its record log after a crash
-    may have followed it."""
+    """The instance of the journal in `directory`, its last event's seq and whether more
+    may have followed, as far as its files can be read (None where they cannot: a damaged
+    journal may not be). The seq is of the events in its database; after a crash, events
+    made from its record log's inputs may have been published and not written there
+    (decisions.md 137): `more_possible` is true then, and when the record log cannot be
+    read (decisions.md 213)."""
     instance: str | None = None
     with_id = directory / ID_NAME
     if with_id.exists() and _read_id(with_id) not in ("", "?"):
         instance = _read_id(with_id)
     last: int | None = None
+    newest: int | None = None
     db = directory / DB_NAME
     if db.exists():
         try:
@@ -238,11 +242,19 @@ def journal_end(directory: pathlib.Path) -> dict[str, object]:
                 instance = str(row[0]) if row else instance
                 last = int(conn.execute("SELECT COALESCE(MAX(seq), 0) FROM events"
                                         ).fetchone()[0])
+                newest = max(int(v or 0) for v in conn.execute(NEWEST_INPUT_SQL).fetchone())
             finally:
                 conn.close()
         except (sqlite3.Error, ValueError, TypeError):
             pass
-    return {"instance": instance, "last_seq": last}
+    more = True  # nothing can be said after an unknown last seq, nor of a foreign log
+    if last is not None and newest is not None:
+        try:
+            more = any(entry.inputs for entry in not_in_database(
+                inspect_records(directory / RECORDS_NAME, instance), newest))
+        except RecordLogError:
+            more = True
+    return {"instance": instance, "last_seq": last, "more_possible": more}
 
 
 def check_journal(path: pathlib.Path) -> tuple[bool, list[str]]:

@@ -138,8 +138,9 @@ REQUEST_MEMORY_S = 86400.0  # request_ids answered again for at least 24 h
 
 
 def _previous(text: str | None) -> dict[str, Any] | None:
-    """`previous_instance` as `replay` answers name it, {"instance", "last_seq"}, from
-    the text kept in meta (which also says where it was moved, `moved_to`), or None."""
+    """`previous_instance` as `replay` answers name it, {"instance", "last_seq",
+    "more_possible"}, from the text kept in meta (which also says where it was moved,
+    `moved_to`), or None."""
     try:
         value = json.loads(text) if text else None
     except ValueError:
@@ -147,8 +148,12 @@ def _previous(text: str | None) -> dict[str, Any] | None:
     if not isinstance(value, dict) or not isinstance(value.get("instance"), str):
         return None
     last = value.get("last_seq")
-    return {"instance": value["instance"],
-            "last_seq": last if isinstance(last, int) and not isinstance(last, bool) else None}
+    last = last if isinstance(last, int) and not isinstance(last, bool) else None
+    # more_possible: events after last_seq may have been published (decisions.md 213).
+    # Unknown, so true, when the file is older than the field or last_seq is not known.
+    more = value.get("more_possible")
+    return {"instance": value["instance"], "last_seq": last,
+            "more_possible": more if isinstance(more, bool) and last is not None else True}
 
 
 @dataclass(frozen=True)
