@@ -36,9 +36,9 @@ from .records import inspect as inspect_records
 DB_NAME = "journal.sqlite3"
 ID_NAME = "journal.id"  # the instance id of the journal this directory holds
 DAMAGED_NAME = "journal.damaged"  # a refusal that must outlive SQLite's recovery
-# What a journal moved aside held (its instance, its last event's seq, whether more may have
-# followed), for the journal
-# that replaces it: written by move_aside(), taken into the new journal's meta.
+# What a journal moved aside held (its instance, its last event's seq, whether more may
+# have followed), for the journal that replaces it: written by move_aside(), taken into
+# the new journal's meta.
 PREVIOUS_NAME = "journal.previous"
 LOCK_NAME = "journal.lock"
 
