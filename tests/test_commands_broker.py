@@ -35,8 +35,9 @@ ROLES = {"pit-supervisor-1": "supervisor", "game-server-1": "game_server",
 
 
 def start_broker(base: pathlib.Path, pki: pathlib.Path | None,
-                 persistence: bool = False) -> PrivateMosquitto:
-    """Mosquitto with the shipped ACL and a password file (TLS when `pki` is given)."""
+                 persistence: bool = False, acl_after: str = "") -> PrivateMosquitto:
+    """Mosquitto with the shipped ACL and a password file (TLS when `pki` is given);
+    `acl_after`: lines added after the table user's `topic write` line."""
     if shutil.which("openssl") is None or shutil.which("mosquitto_passwd") is None:
         pytest.fail("openssl and mosquitto_passwd are needed (apt-get install openssl mosquitto)")
     passwd = base / "passwd"
@@ -44,7 +45,10 @@ def start_broker(base: pathlib.Path, pki: pathlib.Path | None,
         subprocess.run(["mosquitto_passwd", *(["-c"] if i == 0 else []), "-b", str(passwd),
                         user, password], check=True, capture_output=True)
     acl = base / "acl"
-    acl.write_text((ROOT / "deploy/mosquitto/shoed.acl").read_text().replace("T01", "T9"))
+    shipped = (ROOT / "deploy/mosquitto/shoed.acl").read_text().replace("T01", "T9")
+    own = "topic write shoed/T9/#\n"
+    assert own in shipped
+    acl.write_text(shipped.replace(own, own + acl_after))
     port = free_port()
     tls_lines = "" if pki is None else (f"cafile {pki / 'ca.crt'}\n"
                                         f"certfile {pki / 'broker.crt'}\n"
@@ -688,3 +692,39 @@ def test_an_answer_the_broker_will_not_take_never_takes_the_table_offline(
                       if e["type"] == "alarm" and e["code"] == "table_id_conflict"]
             assert not alarms, alarms
     asyncio.run(main())
+
+
+def test_a_replay_the_broker_refuses_is_answered_and_never_starves_the_commands(
+        tmp_path: pathlib.Path) -> None:
+    """A replay whose events could not be re-sent (here the broker's ACL refuses the table
+    `{root}/replay`: MQTT 5 PUBACK 0x87) was neither answered nor acknowledged: after as
+    many as the broker's window of unacknowledged messages (Mosquitto's 20), no command
+    reached the daemon any more, while its status said online (outside review of issue
+    14, 2026-12-07). Every one is answered `replay_failed`, and the next command too."""
+    (tmp_path / "broker").mkdir()
+    (tmp_path / "t").mkdir()
+    broker = start_broker(tmp_path / "broker", None, acl_after="topic deny shoed/T9/replay\n")
+
+    async def main() -> None:
+        async with User("pit-supervisor-1", broker, None) as pit, \
+                User("consumer", broker, None, everything=True) as consumer, \
+                table(tmp_path / "t", broker, None) as r:
+            daemon = r.daemon
+            await wait_for(lambda: daemon.status.mqtt_connected, 15, "daemon connected")
+            await wait_for(lambda: len(consumer.on("events")) >= 5, 30, "events dealt")
+            ids = [f"rp-{i}" for i in range(25)]  # more than the broker's window of 20
+            for request_id in ids:
+                await pit.send(cmd(request_id, "replay", from_seq=1, to_seq=3))
+            await wait_for(lambda: all(pit.of(i) for i in ids), 30, "every replay answered")
+            for request_id in ids:
+                (answer,) = pit.of(request_id)
+                assert answer["ok"] is False and answer["error"]["code"] == "replay_failed", \
+                    answer
+                assert "1..3" in answer["error"]["message"]
+            assert consumer.on("replay") == []  # the broker took none of them
+            assert (await pit.ask(cmd("after", "whoami")))["ok"]
+            assert daemon.status.mqtt_connected
+    try:
+        asyncio.run(main())
+    finally:
+        broker.stop()

@@ -226,6 +226,7 @@ ERROR_CODES: tuple[str, ...] = (
     "invalid_json", "invalid_command", "unknown_command", "forbidden",
     "request_id_conflict", "retained_command_ignored", "expired", "too_large",
     "internal_error", "storage_failed", "out_of_range",
+    "replay_failed",  # the page's events could not all be re-sent (added)
     # the engine's refusals (section 4)
     "shoe_in_play", "betting_control_none", "not_between_hands", "wrong_hand", "shoe_ended",
     "unknown_card", "hand_resolved", "bad_card", "not_held", "card_unknown", "unknown_hand",

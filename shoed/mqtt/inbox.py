@@ -290,6 +290,7 @@ class Inbox:
         """A replay's events on `{root}/replay`, then its answer (module docstring)."""
         page: ReplayPage | None = answer.replay
         assert page is not None
+        body = answer.body or {}
         async with self._replay_turns:
             started = time.monotonic()
             own = await self._open_replay_connection()
@@ -298,16 +299,34 @@ class Inbox:
                     sent = await self._stream(own, page, REPLAY_IN_FLIGHT)
                 else:
                     sent = await self._stream(client, page, REPLAY_WINDOW)
+            except Exception as error:  # any: a command is never left unanswered
+                # Answered and acknowledged all the same (outside review: unanswered and
+                # never acknowledged, failed replays filled the broker's window of
+                # unacknowledged commands, and the daemon got no command at all). A
+                # lost connection of the daemon's own fails the answer too: then the
+                # command is not acknowledged, and the broker delivers it again.
+                why = f"{type(error).__name__}: {error}" if str(error) else repr(error)
+                self.log.error("replay_failed", request_id=body.get("request_id"),
+                               error=why, from_seq=page.from_seq, to_seq=page.to_seq,
+                               action="answered replay_failed" + (
+                                   f": let the table's broker user write {self.root}/replay"
+                                   if isinstance(error, PublishRefused) else ""))
+                body = refusal(body.get("request_id"), "replay_failed",
+                               f"the events {page.from_seq}..{page.to_seq} could not all be "
+                               f"re-sent on {self.root}/replay ({why}); nothing is lost: "
+                               "ask again (the same request_id re-sends the page)",
+                               "replay", str(body.get("authenticated_as", ANONYMOUS)))
+            else:
+                took = time.monotonic() - started
+                self.log.info("replay_sent", request_id=body.get("request_id"), events=sent,
+                              connection="own" if own is not None else "shared",
+                              took_s=round(took, 3),
+                              events_per_s=round(sent / took) if took else None)
             finally:
                 if own is not None:
                     with contextlib.suppress(Exception):
                         await own.__aexit__(None, None, None)
-        took = time.monotonic() - started
-        self.log.info("replay_sent", request_id=(answer.body or {}).get("request_id"),
-                      events=sent,
-                      connection="own" if own is not None else "shared",
-                      took_s=round(took, 3), events_per_s=round(sent / took) if took else None)
-        await self._answer(client, topic, answer.body, props)
+        await self._answer(client, topic, body, props)
         self._ack(client, message)
 
     async def _open_replay_connection(self) -> aiomqtt.Client | None:
@@ -362,4 +381,5 @@ class Inbox:
     def _replay_done(self, task: asyncio.Task[None]) -> None:
         self._replays.discard(task)
         if not task.cancelled() and (error := task.exception()) is not None:
-            self.log.error("replay_failed", error=f"{type(error).__name__}: {error}")
+            self.log.error("replay_unanswered", error=f"{type(error).__name__}: {error}",
+                           action="not acknowledged: the broker delivers it again")
