@@ -24,6 +24,8 @@ from shoed.desk import Incoming
 from shoed.device.loopback import LoopbackTransport
 from shoed.sim.broker import PrivateMosquitto
 from shoed.sim.shoe import Script, SimulatedShoe
+from shoed.store.journal import Journal
+from shoed.store.statedir import StorageError
 
 LINES = ["whole", "one_byte_at_a_time", "lossy", "delayed"]
 
@@ -53,7 +55,8 @@ class Line:
 
 @asynccontextmanager
 async def table(tmp_path: pathlib.Path, variant: str, url: str = "mqtt://127.0.0.1:1",
-                seed: int = 4, with_mqtt: bool = False, **sections: Any
+                seed: int = 4, with_mqtt: bool = False, pace_s: float = 0.002,
+                **sections: Any
                 ) -> AsyncIterator[tuple[Daemon, SimulatedShoe, Callable[..., Any]]]:
     """The daemon's rooms built (not run), the device session serving a loopback line."""
     transport = LoopbackTransport()
@@ -61,7 +64,7 @@ async def table(tmp_path: pathlib.Path, variant: str, url: str = "mqtt://127.0.0
     daemon = Daemon(settings, transport_factory=lambda: transport)
     daemon.build()
     loop = asyncio.get_running_loop()
-    shoe = SimulatedShoe(decks=1, seed=seed, script=Script(pace_s=0.002, shoes=1),
+    shoe = SimulatedShoe(decks=1, seed=seed, script=Script(pace_s=pace_s, shoes=1),
                          now=loop.time())
     line = Line(variant, transport)
     transport.on_write = lambda data: shoe.receive_data(data, loop.time())
@@ -119,6 +122,47 @@ def test_session_records_before_ack_and_the_outbox_has_every_card_in_order(
             assert outbox.take(10_000)[0][0] == 11
             outbox.acked(rows[-1][0])
             assert outbox.depth() == 0
+    asyncio.run(main())
+
+
+def test_a_frame_whose_record_failed_is_never_acked_and_is_taken_once_storage_is_back(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ACK only after the record is durable (firmware-protocol.md section 3): while the
+    journal's record cannot be written, the shoe's frame stays unacknowledged (it sends it
+    again), and once the journal is back the frame is recorded, ACKed and applied, once
+    (outside review of issue 14: no seam test failed with the ACK moved before the
+    record)."""
+    async def main() -> None:
+        async with table(tmp_path, "whole", pace_s=0.05) as (daemon, shoe, deal):
+            await deal(3)
+            loop = asyncio.get_running_loop()
+            real = Journal.record
+
+            def failing(self: Journal, *args: Any, **kwargs: Any) -> Any:
+                raise StorageError("injected: the disk is gone")
+
+            monkeypatch.setattr(Journal, "record", failing)
+            dealt = shoe.cards_dealt
+            until = loop.time() + 10.0
+            failed_at = None
+            while loop.time() < until and (failed_at is None or loop.time() < failed_at):
+                shoe.poll(loop.time())
+                if data := shoe.data_to_send():
+                    daemon.session.transport.feed(data)
+                if failed_at is None and not daemon.status.storage_ok:
+                    failed_at = loop.time() + 0.3  # the shoe sends it again meanwhile
+                await asyncio.sleep(0.002)
+            assert not daemon.status.storage_ok
+            assert shoe.link.pending_count >= 1, "a frame whose record failed was ACKed"
+            applied = [json.loads(body) for _, body in daemon.outbox.take(10_000)]
+            assert sum(e["type"] == "card" for e in applied) == dealt  # none since
+            monkeypatch.setattr(Journal, "record", real)
+            await deal(5)
+            assert daemon.status.storage_ok and shoe.link.pending_count == 0
+            events = [json.loads(body) for _, body in daemon.outbox.take(10_000)]
+            cards = [e["card_index"] for e in events if e["type"] == "card"]
+            assert cards == list(range(1, shoe.cards_dealt + 1))  # each once, in order
+            assert shoe.cards_dealt >= dealt + 5
     asyncio.run(main())
 
 
