@@ -10,18 +10,24 @@
      ├── TransportLost              device: the shoe went away (unplugged, pty closed, I/O)
      ├── BrokerError                mqtt: the broker cannot be used
      │    ├── NotABroker            mqtt.url answers, but not as an MQTT broker
-     │    └── PublishRefused        mqtt: the broker answered a PUBLISH with a failure
+     │    ├── PublishRefused        mqtt: the broker answered a PUBLISH with a failure
+     │    └── RootTaken             mqtt.claim: another live daemon publishes under the root
+     │         └── SessionTakenOver the broker gave this daemon's MQTT session to another
      └── SupervisionFailed          daemon: a task that could not be kept running
 
 Every message names what was expected and what was found. The classes live where they
-are raised (the cores may not import the shell); this module is where to find them all.
+are raised (the cores may not import the shell); this module is where to find them all
+(RootTaken and SessionTakenOver from shoed.mqtt.claim, which imports this module). Not in
+this tree: the integrators' library's own (shoed.client.errors: ShoedClientError), the
+wire protocol's (firmware_protocol.errors), and the console's option error
+(shoed.console.server.ConsoleError, a ValueError).
 """
 
 from __future__ import annotations
 
 from shoed.config import ConfigError
 from shoed.core.errors import CardNotationError, RulesError, ShoedError
-from shoed.store.statedir import StorageError
+from shoed.store.statedir import JournalDamaged, JournalInUse, StorageError
 
 
 class TransportLost(ShoedError):
@@ -52,5 +58,6 @@ class SupervisionFailed(ShoedError):
     """A long-lived task failed again and again and could not be kept running."""
 
 
-__all__ = ["BrokerError", "CardNotationError", "ConfigError", "NotABroker", "PublishRefused",
-           "RulesError", "ShoedError", "StorageError", "SupervisionFailed", "TransportLost"]
+__all__ = ["BrokerError", "CardNotationError", "ConfigError", "JournalDamaged", "JournalInUse",
+           "NotABroker", "PublishRefused", "RulesError", "ShoedError", "StorageError",
+           "SupervisionFailed", "TransportLost"]

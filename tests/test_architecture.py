@@ -51,3 +51,29 @@ def test_every_big_module_and_class_of_the_shell_is_in_the_table_within_its_ceil
     assert not outgrown, f"bigger than their ceiling (size, ceiling): {outgrown}"
     stale = sorted(name for name in ceilings if name not in sizes)
     assert not stale, f"rows naming no module or class of the shell: {stale}"
+
+
+def test_every_error_of_the_daemon_is_in_the_tree_of_shoed_errors() -> None:
+    """shoed/errors.py's docstring is where to find every ShoedError (outside review of
+    issue 14: RootTaken and SessionTakenOver were missing): each subclass defined in the
+    product is drawn in it."""
+    import importlib
+    import pkgutil
+
+    import shoed
+    from shoed.core.errors import ShoedError
+    from shoed.errors import __doc__ as tree
+
+    for module in pkgutil.walk_packages(shoed.__path__, "shoed."):
+        if not module.name.startswith(("shoed.sim", "shoed.console")):
+            importlib.import_module(module.name)
+
+    def subclasses(cls: type) -> set[type]:
+        found = set(cls.__subclasses__())
+        return found.union(*(subclasses(c) for c in found))
+
+    ours = {c.__name__ for c in subclasses(ShoedError) if c.__module__.startswith("shoed.")}
+    assert {"StorageError", "RootTaken", "SessionTakenOver"} <= ours
+    assert tree is not None
+    drawn = set(re.findall(r"[├└]── (\w+)", tree))
+    assert ours - drawn == set(), f"errors missing from shoed/errors.py's tree: {ours - drawn}"
