@@ -109,7 +109,15 @@ class Supervisor:
             delay = self.failed(name, error)
             if delay is None:
                 return
-            await asyncio.sleep(delay)
+            try:
+                await asyncio.sleep(delay)
+            except asyncio.CancelledError:
+                if self.stopping:
+                    raise
+                # A stray cancel during the back-off: restarted all the same, at once
+                # (outside review: it ended the supervised task for good, unlogged).
+                self.log.error("task_cancelled_unasked", task=name,
+                               stray_cancels=clear_stray_cancel(), action="restarted now")
             self.recovered(name)
 
     async def stop(self, timeout: float) -> None:

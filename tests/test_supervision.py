@@ -715,3 +715,45 @@ def test_a_daemon_cancelled_from_outside_stops_its_loops(tmp_path: pathlib.Path,
             assert all(task.done() for task in r.daemon.supervisor.tasks.values())
             assert r.daemon.supervisor.restarts == 0
     asyncio.run(main())
+
+
+def test_a_stray_cancel_during_the_back_off_restarts_the_task_and_is_logged() -> None:
+    """A cancel nobody asked for while a failed task waits for its restart ended the
+    supervised task for good, with no log line (outside review of issue 14): it is logged
+    and the task runs again."""
+    from structlog.testing import capture_logs
+
+    from shoed import logs
+    from shoed.status import TableStatus
+    from shoed.supervisor import Supervisor
+
+    async def main() -> None:
+        supervisor = Supervisor(TableStatus("T9"), logs.get("shoed"))
+        runs: list[int] = []
+        forever = asyncio.Event()
+
+        async def loop() -> None:
+            runs.append(len(runs))
+            if len(runs) == 1:
+                raise RuntimeError("the first run fails")
+            await forever.wait()
+
+        supervisor.start("device", loop)
+        task = supervisor.tasks["device"]
+        for _ in range(50):  # the first run failed: now in its back-off
+            await asyncio.sleep(0.01)
+            if supervisor.failures.get("device"):
+                break
+        task.cancel()  # nobody asked for a stop
+        for _ in range(100):
+            await asyncio.sleep(0.01)
+            if len(runs) == 2:
+                break
+        assert runs == [0, 1] and not task.done()
+        assert "device" not in supervisor.status.failing  # up again
+        await supervisor.stop(timeout=1.0)
+        assert task.done()
+
+    with capture_logs() as logged:
+        asyncio.run(main())
+    assert [e["task"] for e in logged if e["event"] == "task_cancelled_unasked"] == ["device"]
