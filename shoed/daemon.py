@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from shoed import logs
-from shoed.aio import loop_name
+from shoed.aio import cancel_and_wait, loop_name
 from shoed.config import Settings, load_manifest
 from shoed.core.config import EngineConfig
 from shoed.core.engine import build_models
@@ -57,6 +57,7 @@ class Daemon:
         self._transport_factory = transport_factory
         self._stop = asyncio.Event()
         self._stopped = False  # shutdown() ran
+        self._check: asyncio.Task[None] | None = None  # the integrity check after READY
         self._last_line = ""
         self._mqtt: MqttService | None = None  # built after READY (build_mqtt)
         rules = settings.rules
@@ -209,6 +210,7 @@ class Daemon:
         # One full integrity check after READY; it ends by itself (not a supervised loop).
         check = asyncio.create_task(self.recorder.integrity_check(), name="integrity_check")
         check.add_done_callback(self._check_done)
+        self._check = check
         await self._stop.wait()
 
     def _check_done(self, task: asyncio.Task[None]) -> None:
@@ -228,6 +230,8 @@ class Daemon:
         if self._mqtt is not None:
             await self._mqtt.farewell(DRAIN_ON_STOP_S)
         await self.supervisor.stop(timeout=0.3)
+        if self._check is not None:  # a check still running writes nothing after close
+            await cancel_and_wait((self._check,), timeout=0.3)
         self.recorder.close()
         self.log.info("stopped")
 
