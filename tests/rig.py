@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import pathlib
+import sqlite3
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -17,6 +18,17 @@ from shoed.config import Settings
 from shoed.daemon import Daemon
 from shoed.sim.broker import PrivateMosquitto
 from shoed.sim.shoe import PtyShoe, Script, SimulatedShoe
+
+
+def peek(db: pathlib.Path, sql: str, *args: Any) -> list[tuple[Any, ...]]:
+    """The rows of `sql` on a journal's database file, read on a connection of the test's
+    own (read-only; a live journal's committed rows are visible: it is in WAL mode), not
+    through the journal's private one."""
+    conn = sqlite3.connect(db.resolve().as_uri() + "?mode=ro", uri=True)
+    try:
+        return conn.execute(sql, args).fetchall()
+    finally:
+        conn.close()
 
 
 def make_settings(state_dir: pathlib.Path, url: str, port: str = "", **sections: Any

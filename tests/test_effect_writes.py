@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from kit import asynctest
+from rig import peek
 
 from firmware_protocol import DedupState
 from shoed.core.config import EngineConfig
@@ -78,9 +79,8 @@ async def _warm(recorder: rec.Recorder) -> int:
 
 
 def _published_rows(recorder: rec.Recorder) -> list[tuple[int, int]]:
-    db = recorder.journal._conn()
     return [(int(s), int(p)) for s, p in
-            db.execute("SELECT seq, published FROM events ORDER BY seq")]
+            peek(recorder.journal.path, "SELECT seq, published FROM events ORDER BY seq")]
 
 
 @asynctest

@@ -7,6 +7,7 @@ import pathlib
 
 from hypothesis import given
 from hypothesis import strategies as st
+from rig import peek
 
 from firmware_protocol import DedupState
 from shoed.store.journal import SCHEMA_VERSION, Journal
@@ -81,7 +82,7 @@ def test_dedup_rides_on_the_frames_last_input_and_is_kept_in_meta_only_when_it_m
         for i in range(5, 9):
             journal.add_input(float(i), "{}")
         journal.save_snapshot(8, "{}")
-    assert journal._conn().execute("SELECT MIN(id) FROM inputs").fetchone()[0] == 5
+    assert peek(journal.path, "SELECT MIN(id) FROM inputs") == [(5,)]
     assert journal.dedup() == "[8, 1]"
     journal.close()
     journal = Journal(tmp_path / "state")
@@ -96,8 +97,7 @@ def test_dedup_rides_on_the_frames_last_input_and_is_kept_in_meta_only_when_it_m
         journal.save_snapshot(12, "{}")
         journal.add_input(13.0, "{}")
         journal.save_snapshot(13, "{}")  # prunes the inputs up to 12, [8, 2]'s among them
-    assert journal._conn().execute("SELECT COUNT(*) FROM inputs WHERE dedup IS NOT NULL"
-                                   ).fetchone()[0] == 0
+    assert peek(journal.path, "SELECT COUNT(*) FROM inputs WHERE dedup IS NOT NULL") == [(0,)]
     assert journal.dedup() == "[8, 3]"
     journal.close()
     assert Journal(tmp_path / "state").dedup() == "[8, 3]"
@@ -130,13 +130,13 @@ def test_schema_3_journal_is_migrated_with_its_dedup_and_a_partial_outbox_index(
             PRAGMA user_version=3;
         """)
     journal = Journal(state)
-    conn = journal._conn()
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    assert peek(journal.path, "PRAGMA user_version") == [(SCHEMA_VERSION,)]
     assert journal.instance_id == "old3" and journal.dedup() == "[4242, 17]"
-    index = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'events_unpublished'"
-                         ).fetchone()[0]
+    [(index,)] = peek(journal.path,
+                      "SELECT sql FROM sqlite_master WHERE name = 'events_unpublished'")
     assert "WHERE published = 0" in index
-    plan = " ".join(str(r[3]) for r in conn.execute(
+    plan = " ".join(str(r[3]) for r in peek(
+        journal.path,
         "EXPLAIN QUERY PLAN SELECT seq, body FROM events WHERE published = 0 ORDER BY seq"))
     assert "events_unpublished" in plan
     assert journal.unpublished() == [(2, '{"a": 2}')] and journal.outbox_depth() == 1

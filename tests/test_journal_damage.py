@@ -18,6 +18,7 @@ import subprocess
 import sys
 
 import pytest
+from rig import peek
 
 from shoed.store.check import check_journal, read_wal_index
 from shoed.store.journal import SCHEMA_VERSION, Journal
@@ -279,7 +280,7 @@ def test_journal_of_the_first_schema_is_migrated(tmp_path: pathlib.Path) -> None
         """)
     journal = Journal(state)
     assert journal.instance_id == "old1" and journal.event_range() == (1, 1)
-    assert journal._conn().execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    assert peek(journal.path, "PRAGMA user_version") == [(SCHEMA_VERSION,)]
     # Its answers were all from the bare topic: remembered for `anonymous`, no fingerprint.
     assert journal.response("anonymous", "r-1") == ("", {"request_id": "r-1", "ok": True})
     journal.close()

@@ -15,6 +15,7 @@ import zlib
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from rig import peek
 
 from shoed.store import records
 from shoed.store.check import check_journal
@@ -26,14 +27,14 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 def abandon(journal: Journal) -> None:
-    """Stop as a kill -9 would: no closing transaction, the files left as they are."""
-    journal._close_db()
-    journal._unlock()
+    """Stop as a kill -9 would: no closing transaction (no clean-stop mark), the files
+    left as they are."""
+    journal.close(clean=False)
 
 
 def inputs_of(journal: Journal) -> list[tuple[int, str, str | None]]:
-    return [(int(r[0]), str(r[1]), r[2]) for r in journal._conn().execute(
-        "SELECT id, body, dedup FROM inputs ORDER BY id")]
+    return [(int(r[0]), str(r[1]), r[2]) for r in peek(
+        journal.path, "SELECT id, body, dedup FROM inputs ORDER BY id")]
 
 
 def test_a_record_is_fdatasynced_before_it_returns_and_is_not_in_the_database_yet(
@@ -160,8 +161,9 @@ def test_a_transaction_that_fails_keeps_the_records_for_the_next(
     journal = Journal(tmp_path / "state")
     journal.record([(1.0, "{}")], "[1, 1]")
     with pytest.raises(StorageError), journal.transaction():
-        journal._conn().execute("INSERT INTO nowhere VALUES (1)")
-    assert journal.pending == 1 and inputs_of(journal) == []
+        journal.set_meta("x", "1")
+        raise StorageError("a statement of the transaction failed")  # rolled back
+    assert journal.pending == 1 and inputs_of(journal) == [] and journal.meta("x") is None
     with journal.transaction():
         assert journal.add_input(2.0, "{}") == 2  # a command's input, after the record
     assert [i for i, _, _ in inputs_of(journal)] == [1, 2]
