@@ -27,6 +27,7 @@ import pytest
 from proc import DaemonProcess
 from rig import Collector, wait_for
 
+from shoed.mqtt.service import CONFLICT_BACKOFF_S
 from shoed.sim.broker import PrivateMosquitto
 
 pytestmark = pytest.mark.broker
@@ -484,6 +485,51 @@ class KickingProxy:
                 down.close()
                 up.close()
         self.links.clear()
+
+
+def test_a_daemon_that_took_an_empty_root_while_the_first_was_away_yields_it(
+        tmp_path: pathlib.Path, broker: PrivateMosquitto) -> None:
+    """A broker that lost its retained messages (no persistence, a crash before its
+    autosave) shows a second daemon an empty root: it connected and published beside the
+    first, both streams under one root for as long as they ran (outside review of issue
+    13). A connected daemon now watches `{root}/status`: the one online first keeps the
+    root and republishes its status, the later one yields (table_id_conflict), and its
+    events stop reaching the root. Client ids apart, as two table PCs may have."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+
+    async def main() -> None:
+        collector, task = await _collector(broker)
+        with daemon(tmp_path / "a", broker.url, mqtt={"client_id": "pc-a"}) as a, \
+                daemon(tmp_path / "b", broker.url, mqtt={"client_id": "pc-b"}) as b:
+            a.start_shoe(seed=5, pace=0.1)
+            a.start()
+            await wait_for(lambda: collector.retained.get("status", {}).get("run_id"), 20,
+                           "A's status")
+            run_a = collector.retained["status"]["run_id"]
+            instance_a = collector.retained["status"]["instance"]
+            async with aiomqtt.Client("127.0.0.1", broker.port) as wiper:
+                await wiper.publish("shoed/T9/status", b"", qos=1, retain=True)  # lost
+            b.start_shoe(seed=6, pace=0.1)
+            b.start()
+            await wait_for(lambda: b.logged("table_id_conflict"), 20, "B yields to A")
+            yielded_at = time.time()
+            conflict = b.logged("table_id_conflict")[0]
+            assert conflict["other_run_id"] == run_a
+            assert a.logged("root_claimed_by_a_later_daemon")
+            await asyncio.sleep(3.0)
+            assert collector.retained["status"]["run_id"] == run_a
+            assert collector.retained["status"]["online"] is True
+            late = [e for e in collector.raw_events if e["instance"] != instance_a
+                    and iso_ts(e) > yielded_at + 0.5]
+            assert late == []  # nothing of B's under the root once it yielded
+            assert len(a.logged("mqtt_connected")) == 1  # A was never put off
+            await asyncio.sleep(CONFLICT_BACKOFF_S + 1.5)
+            assert len(b.logged("mqtt_connected")) == 1  # B's next look saw A: it stays off
+            assert a.stop() == 0 and b.stop() == 0
+        task.cancel()
+
+    asyncio.run(main())
 
 
 def test_a_session_taken_over_mqtt5_reason_is_a_conflict(tmp_path: pathlib.Path) -> None:

@@ -15,7 +15,7 @@ import contextlib
 import json
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import aiomqtt
 
@@ -175,15 +175,29 @@ async def _next_status(messages: Any, timeout: float) -> dict[str, Any] | None:
 def _taken_by(body: dict[str, Any], run_id: str, online_since: float | None,
               instance: str | None, seen: StatusesSeen, now: float) -> bool:
     """Does this status show another live daemon that keeps the root?"""
+    return status_verdict(body, run_id, online_since, instance, seen, now) == "taken"
+
+
+def status_verdict(body: dict[str, Any], run_id: str, online_since: float | None,
+                   instance: str | None, seen: StatusesSeen, now: float
+                   ) -> Literal["taken", "later"] | None:
+    """What a status on our root says: "taken" (another live daemon, online before us,
+    keeps the root), "later" (another live daemon came online after us: we keep it, and
+    it must learn so), None (ours, our journal's previous run, offline, stale, or not a
+    daemon's). Two online at the same moment: the smaller run_id keeps the root."""
     other = body.get("run_id")
     if not body.get("online") or other in (None, run_id):
-        return False
+        return None
     if instance is not None and body.get("instance") == instance:
-        return False
+        return None
     if not _seconds(body.get("ts")):
-        return False  # its time is no number: nobody's claim (anyone may write there)
-    first = online_since is None or _seconds(body.get("online_since")) <= online_since
-    return first and seen.live(body, now)
+        return None  # its time is no number: nobody's claim (anyone may write there)
+    if not seen.live(body, now):
+        return None
+    theirs = _seconds(body.get("online_since"))
+    first = online_since is None or theirs < online_since or (
+        theirs == online_since and str(other) < run_id)
+    return "taken" if first else "later"
 
 
 def _seconds(value: Any) -> float:

@@ -137,6 +137,9 @@ class Inbox:
         self._replay_client = replay_client  # a connection of the replay's own
         self._live_idle = live_idle  # returns once the live publisher is idle
         self.publish_timeout = publish_timeout  # no PUBACK for this long: the replay fails
+        # `{root}/status` as the connection sees it (the root's watch, MqttService): it
+        # may raise (RootTaken), which ends the connection.
+        self.on_status: Callable[[bytes | str], None] = lambda payload: None
 
     def take_replays(self) -> set[asyncio.Task[None]]:
         """The replays in flight (the connection ends: the caller cancels them)."""
@@ -172,7 +175,13 @@ class Inbox:
         async for message in client.messages:
             if self.stopping:
                 continue
-            sender = self.sender_of(str(message.topic))
+            topic = str(message.topic)
+            if topic == f"{self.root}/status":
+                self._ack(client, message)
+                self.on_status(message.payload if isinstance(message.payload, bytes | str)
+                               else b"")
+                continue
+            sender = self.sender_of(topic)
             if sender is None:
                 self.log.error("command_topic_refused", topic=str(message.topic),
                                action="not answered: rename the broker user")

@@ -209,6 +209,10 @@ class Publisher:
                 return
             await self._send_retained(client, leaf, json.dumps(body()), None)
 
+    def status_soon(self) -> None:
+        """Republish the status topics now (refresh's next turn), as on a change."""
+        self._status_wake.set()
+
     async def publish_retained(self, client: aiomqtt.Client) -> None:
         await self._publish_status_topics(client)
         self._state_seq = self._roads_seq = None

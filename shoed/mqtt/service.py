@@ -41,6 +41,7 @@ from shoed.mqtt.claim import (
     TakeoverWatch,
     check_root,
     side_connection_args,
+    status_verdict,
 )
 from shoed.mqtt.inbox import (
     REPLAY_IN_FLIGHT,
@@ -99,6 +100,7 @@ class MqttService:
                            replay_client=self.replay_client,
                            live_idle=self.publisher.live_idle,
                            publish_timeout=settings.mqtt.publish_timeout_s)
+        self.inbox.on_status = self._root_status
 
     def client_args(self) -> dict[str, Any]:
         mqtt = self.settings.mqtt
@@ -239,10 +241,14 @@ class MqttService:
         except (OSError, BrokerError):
             self.takeovers.attempt_failed()
             raise
+        yielded = False
         try:
             await self._connected(client)
         except PublishRefused:
             raise  # the broker's ACL, not another client: it answered, and said no
+        except RootTaken:
+            yielded = True  # the root's watch: another daemon keeps it
+            raise
         except (aiomqtt.MqttError, BrokerError) as error:
             evidence = self.takeovers.evidence(self._disconnect_reason,
                                                asyncio.get_running_loop().time())
@@ -251,7 +257,7 @@ class MqttService:
                                        evidence) from error
             raise
         finally:
-            if not self.stopping:
+            if not self.stopping and not yielded:  # the root's status is not ours then
                 self._say_offline(client)
             with contextlib.suppress(Exception):
                 await client.__aexit__(None, None, None)
@@ -266,6 +272,29 @@ class MqttService:
             client._client.publish(f"{self.root}/status",
                                    json.dumps(self.status.offline_payload()), 0, True,
                                    self._props)
+
+    def _root_status(self, payload: bytes | str) -> None:
+        """A status on our root while we hold it: another live daemon online before us
+        takes it back (RootTaken ends this connection, without our offline status: the
+        root is not ours); one online after us (it found the root empty, a broker that
+        lost its retained status) is told by our status, republished now."""
+        try:
+            body = json.loads(payload)
+        except (ValueError, UnicodeDecodeError):
+            return
+        if not isinstance(body, dict):
+            return
+        status = self.status
+        verdict = status_verdict(body, status.run_id, status.online_since, status.instance,
+                                 self.statuses_seen, asyncio.get_running_loop().time())
+        if verdict == "taken":
+            raise RootTaken(self.root, status.run_id, body)
+        if verdict == "later":
+            self.log.warning("root_claimed_by_a_later_daemon", root=self.root,
+                             run_id=status.run_id, other_run_id=body.get("run_id"),
+                             action="this daemon keeps the root (online first): its "
+                                    "status republished, the other backs off")
+            self.publisher.status_soon()
 
     def _conflict_over(self) -> None:
         """Alone on the root: `table_id_conflict` cleared (if it was raised)."""
@@ -302,6 +331,14 @@ class MqttService:
                 await client.subscribe(topic, options=options)
             else:
                 await client.subscribe(topic, qos=1)
+        # The root's watch: another daemon's status while this one holds the root (one
+        # that connected while this one was away, behind a broker that lost its retained
+        # status: outside review of issue 13). MQTT 5: not our own (no local).
+        if self.v5:
+            await client.subscribe(f"{self.root}/status",
+                                   options=SubscribeOptions(qos=1, noLocal=True))
+        else:
+            await client.subscribe(f"{self.root}/status", qos=1)
         # Connected means commands are taken: only once the broker has our subscriptions
         # (a new session has none before; a command sent earlier is lost at the broker).
         self.status.set(mqtt_connected=True, mqtt_error=None, broker_url=self.url,
