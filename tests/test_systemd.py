@@ -36,6 +36,20 @@ def test_unit_exposure_is_2_or_less() -> None:
 
 
 @needs_analyze
+def test_the_unit_waits_for_the_longest_stop_the_config_allows() -> None:
+    """A stop takes at most mqtt.publish_timeout_s + 1 s (the broker hung); the unit's
+    TimeoutStopSec must not kill it before, for any value check-config accepts (outside
+    review of issue 13: 15 s against a maximum of 120)."""
+    from annotated_types import Le
+
+    from shoed.config import MqttSection
+    field = MqttSection.model_fields["publish_timeout_s"]
+    largest = next(m.le for m in field.metadata if isinstance(m, Le))
+    found = re.search(r"^TimeoutStopSec=(\d+)s$", UNIT.read_text(), re.M)
+    assert found is not None
+    assert int(found.group(1)) >= float(largest) + 1
+
+
 def test_unit_verifies(tmp_path: pathlib.Path) -> None:
     installed = pathlib.Path(sys.executable).parent / "shoed"
     unit = tmp_path / "shoed.service"
