@@ -41,6 +41,9 @@ if TYPE_CHECKING:
 
 HOUSEKEEPING_S = 10.0  # status line, WAL checkpoint, storage retry, prune (at most)
 DRAIN_ON_STOP_S = 0.3  # stopping: how long the publisher may drain a backlog
+# The device loop may go this long (plus twice its longest back-off) between two steps
+# outside serving before the watchdog stops: an open (USB, serial) takes well under 1 s.
+DEVICE_STEP_SLACK_S = 30.0
 
 
 class Daemon:
@@ -93,6 +96,7 @@ class Daemon:
         supervisor.on_give_up = self.request_stop
         supervisor.check("timer", self._timer_alive)
         supervisor.check("mqtt", self._mqtt_alive)
+        supervisor.check("device", self._device_alive)
         self.status.on_change(self.notify_status)
 
     @property
@@ -124,6 +128,12 @@ class Daemon:
     def _timer_alive(self) -> bool:
         fired = self.session.timer_fired
         return fired is None or time.monotonic() - fired < 5 * TIMER_MAX_S
+
+    def _device_alive(self) -> bool:
+        """The device loop serves a transport, or tries to open one (its back-off is at
+        most reconnect_max_s): stuck in an open or a close, the watchdog stops."""
+        return not self.session.loop_stuck(
+            DEVICE_STEP_SLACK_S + 2 * self.settings.device.reconnect_max_s)
 
     def _mqtt_alive(self) -> bool:
         """The connection loop tries, or the publisher looks at the outbox, regularly."""

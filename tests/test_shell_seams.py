@@ -376,3 +376,36 @@ def test_the_sender_comes_from_the_command_topic(tmp_path: pathlib.Path) -> None
             assert mqtt.answer_topic("anonymous", "shoed/T9/cmd/response/pit-1") == \
                 "shoed/T9/cmd/response"
     asyncio.run(main())
+
+
+def test_a_device_loop_stuck_in_an_open_stops_the_watchdog(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """WATCHDOG=1 only while every loop makes progress (issue 13, section 1): a device
+    loop whose transport's open never returns is alive but stuck; the supervisor's health
+    (what the watchdog asks before each ping) turns false after the allowed time, and is
+    true while the loop serves a line or tries to open one (outside review of issue 13:
+    the device loop had no progress check)."""
+    import shoed.daemon as daemon_module
+
+    class HangingOpen(LoopbackTransport):
+        async def open(self) -> None:
+            await asyncio.Event().wait()  # a driver that never answers
+
+    monkeypatch.setattr(daemon_module, "DEVICE_STEP_SLACK_S", 0.3)
+
+    async def main() -> None:
+        settings = make_settings(tmp_path / "state", "mqtt://127.0.0.1:1",
+                                 device={"reconnect_max_s": 0.05})
+        daemon = Daemon(settings, transport_factory=HangingOpen)
+        daemon.build()
+        daemon.supervisor.start("device", daemon.session.run)
+        try:
+            await asyncio.sleep(0.15)
+            assert daemon.supervisor.healthy()  # trying to open, within its time
+            await asyncio.sleep(0.5)
+            assert not daemon.supervisor.healthy()  # stuck in the open: no more pings
+        finally:
+            await daemon.supervisor.stop(timeout=1.0)
+            daemon.recorder.close()
+
+    asyncio.run(main())

@@ -64,6 +64,9 @@ class DeviceSession:
         self.transport: Transport | None = None
         self.frames = 0
         self.timer_fired: float | None = None  # monotonic time of the latest good firing
+        # monotonic time the device loop last stepped (an open tried, a transport served):
+        # a loop stuck outside serving (an open or a close that never returns) stops here
+        self.loop_stepped: float | None = None
         self.on_timer_failed: Callable[[BaseException], None] = lambda error: None
         self.on_timer_ok: Callable[[], None] = lambda: None
         self._accepting = True
@@ -285,6 +288,7 @@ class DeviceSession:
         """Open the transport, serve it until it is lost, again, with back-off."""
         backoff = 0.25
         while True:
+            self.loop_stepped = time.monotonic()
             transport = self.transport_factory()
             transport.receive_with(self._receive)
             try:
@@ -320,8 +324,17 @@ class DeviceSession:
                                          reason=f"the shoe's line went away ({error})")])
         finally:
             self.transport = None
+            self.loop_stepped = time.monotonic()  # a close that never returns: stuck
             self.status.set(device_open=False)
             await transport.close()
+
+    def loop_stuck(self, limit_s: float) -> bool:
+        """The device loop is neither serving a transport nor has it stepped (tried an
+        open) for `limit_s`: an open or a close that never returns (the watchdog's
+        check; a shoe that is silent while its line is open is the link's liveness)."""
+        stepped = self.loop_stepped
+        return self.transport is None and stepped is not None and \
+            time.monotonic() - stepped > limit_s
 
     # -- the timer -------------------------------------------------------------------------
 
