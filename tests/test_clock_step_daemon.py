@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from typing import Any
 
 import pytest
 from rig import Collector, wait_for
@@ -104,5 +105,71 @@ def test_forward_step_forgets_neither_request_ids_nor_the_replay_range(
         finally:
             for proc in procs:
                 stop(proc)
+            task.cancel()
+    asyncio.run(main())
+
+
+@pytest.mark.skipif(not LIBFAKETIME.exists(),
+                    reason="libfaketime missing: scripts/bootstrap installs it (faketime)")
+@pytest.mark.parametrize(("step", "late_s"), [("-3600", None), ("+3600", 1.5)])
+def test_a_wall_clock_step_mid_pull_neither_keeps_it_waiting_nor_times_it_out_early(
+        tmp_path: pathlib.Path, broker: PrivateMosquitto, step: str,
+        late_s: float | None) -> None:
+    """Issue 13 section 4, on the real daemon (the pty shoe, Mosquitto): the wall clock
+    stepped while a two-card pull is half received. Stepped back an hour, the missing
+    item is still declared missing after the pull timeout (3 s), not an hour later;
+    stepped forward an hour, an item that comes 1.5 s later completes the pull (the
+    outside review of issue 13 found these tested with injected clocks only)."""
+    from shoed.core.pulls import PULL_TIMEOUT_S
+    from shoed.sim.shoe import PtyShoe, Script, SimulatedShoe
+
+    async def main() -> None:
+        clock = tmp_path / "faketime"
+        clock.write_text("+0\n")
+        collector = Collector(broker.port, "shoed/FT2")
+        task = asyncio.create_task(collector.run())
+        shoe = SimulatedShoe(decks=1, seed=3, script=Script(
+            pace_s=0.05, multi_pull_rate=1.0, late_upper_after_cards=8, late_upper_s=late_s))
+        pty = PtyShoe(shoe, link_path=tmp_path / "shoe")
+        pty.plug()
+        runner = asyncio.create_task(pty.run())
+        config = tmp_path / "shoed.toml"
+        config.write_text(f'[table]\nid = "FT2"\nbetting_control = "none"\n'
+                          f'[device]\nport = "{tmp_path / "shoe"}"\n'
+                          f'[rules]\ndecks = 1\n[mqtt]\nurl = "{broker.url}"\n'
+                          f'[state]\ndir = "{tmp_path / "state"}"\n'
+                          f'[log]\nformat = "json"\nlevel = "info"\n')
+        env = dict(os.environ, LD_PRELOAD=str(LIBFAKETIME), FAKETIME_TIMESTAMP_FILE=str(clock),
+                   FAKETIME_NO_CACHE="1", FAKETIME_DONT_FAKE_MONOTONIC="1")
+        log = tmp_path / "daemon.log"
+        with open(log, "wb") as out:
+            proc = subprocess.Popen([sys.executable, "-m", "shoed.cli", "run", "--config",
+                                     str(config)], cwd=ROOT, env=env, stdout=out,
+                                    stderr=subprocess.STDOUT)
+        try:
+            await wait_for(collector.connected.is_set, 10, "collector connected")
+            # the pull's lower item is in, its upper one held back by the shoe
+            await wait_for(lambda: shoe.holding_upper and shoe.link.pending_count == 0, 30,
+                           "a half-received pull (its lower item ACKed)")
+            clock.write_text(f"{step}\n")
+            stepped = time.monotonic()
+
+            def missing() -> list[dict[str, Any]]:
+                return [e for e in collector.of("alarm")
+                        if e["code"] == "incomplete_pull" and e["active"]]
+
+            if late_s is None:  # stepped back: timed out on the uptime clock
+                await wait_for(missing, PULL_TIMEOUT_S + 5, "the incomplete pull")
+                assert time.monotonic() - stepped < PULL_TIMEOUT_S + 4
+            else:  # stepped forward: the late item completes the pull, nothing missing
+                await asyncio.sleep(late_s + PULL_TIMEOUT_S)
+                assert missing() == []
+                cards = [e for e in collector.of("card") if e["card_index"] is not None]
+                assert cards and all(e["position"] is not None for e in cards[-2:])
+            assert proc.poll() is None, log.read_text()[-2000:]
+        finally:
+            stop(proc)
+            runner.cancel()
+            pty.unplug()
             task.cancel()
     asyncio.run(main())

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 import pathlib
 import random
@@ -170,6 +171,11 @@ class Script:
     # until the gate opens or `SimulatedShoe.release()` says the hold was resolved.
     wait_for_release: bool = False
     unshuffled: bool = False  # every pack in new-deck order (the shoe-order watch's case)
+    # The first multi-card pull once this many cards were dealt has its upper item (the
+    # last one the sensor sends) sent `late_upper_s` later, or never (None); the dealer
+    # draws nothing until it is sent (a pull the sensor read half, then the rest).
+    late_upper_after_cards: int | None = None
+    late_upper_s: float | None = None
 
 
 @dataclass
@@ -209,6 +215,9 @@ class SimulatedShoe:
         # gate_locks when betting last opened: a lock since, then an open gate, is the
         # host closing betting (the gate is locked while betting is open, rule 14).
         self._opened_at_locks: int | None = None
+        # Script.late_upper_*: the held item and when it goes (inf: never), once.
+        self._late: tuple[Any, float] | None = None
+        self._late_done = False
 
     # -- boot and the link ----------------------------------------------------------------
 
@@ -274,11 +283,19 @@ class SimulatedShoe:
             data = data + data
         return data
 
+    @property
+    def holding_upper(self) -> bool:
+        """A pull's upper item is held back (Script.late_upper_*), not yet sent."""
+        return self._late is not None
+
     def next_wakeup(self) -> float:
         """When poll() next has something to do (never 'now' forever: no busy loop)."""
         # A heartbeat goes only on an idle link; while busy, the link's timer wakes us.
         candidates = [self._last_heartbeat + 1.0] if self.link.idle else []
-        can_deal = not self.finished and (not self.gate_locked or self._between_shoes()) and (
+        if self._late is not None:
+            candidates.append(self._late[1])
+        can_deal = self._late is None and not self.finished and (
+            not self.gate_locked or self._between_shoes()) and (
             self.script.pace_s > 0 or self.link.pending_count < 2) and not self._buffer_full(
             self.now)
         if can_deal:
@@ -306,6 +323,13 @@ class SimulatedShoe:
         self.link.handle_timer(now)
         while (event := self.link.next_event()) is not None:
             self.on_link_event(event, now)
+        if self._late is not None:  # Script.late_upper_*: nothing drawn meanwhile
+            item, due = self._late
+            if now >= due:
+                self._late = None
+                self._send(item, now)
+            self._heartbeat(now)
+            return
         if self.finished:
             self._heartbeat(now)
             return
@@ -427,6 +451,12 @@ class SimulatedShoe:
             else:
                 items.append(Card(up, self.card_index, self._pull_id, pos, size, 1,
                                   optical_code(card), self.rng.randint(80, 100)))
+        late = self.script.late_upper_after_cards
+        if late is not None and not self._late_done and len(items) >= 2 \
+                and self.cards_dealt >= late:
+            delay = self.script.late_upper_s
+            self._late_done = True
+            self._late = (items.pop(0), math.inf if delay is None else now + delay)
         for item in reversed(items):
             self._send(item, now)
         reboot_at = self.script.reboot_after_cards
