@@ -42,6 +42,7 @@ import aiomqtt
 from pydantic import ValidationError
 
 from shoed import logs
+from shoed.aio import cancel_and_wait, task_names
 from shoed.config import ConfigError, Settings, describe_errors, load_settings
 from shoed.console.server import ws_url as console_ws_url
 from shoed.daemon import Daemon
@@ -58,6 +59,7 @@ RESET, BOLD, DIM, RED, GREEN, BLUE, YELLOW = (
 MAX_WIDTH = 80
 DEMO_TABLE = "DEMO"
 MAX_DEMO_TABLES = 99
+STOP_WAIT_S = 5.0  # the view's and the shoe's tasks, cancelled at the end, at most this long
 BET_NAMES = {"banker": "banker", "player": "player", "tie": "tie",
              "player_pair": "player pair", "banker_pair": "banker pair",
              "big": "big", "small": "small"}
@@ -882,10 +884,13 @@ async def _stop(daemon: Daemon | None, tasks: list[asyncio.Task[Any]], pty: PtyS
         daemon.request_stop()
         if tasks:
             await asyncio.wait(tasks[:1], timeout=6)
-    for task in tasks:
-        task.cancel()
-    if tasks:
-        await asyncio.gather(*tasks, return_exceptions=True)
+    # Cancelled again until they end, for at most STOP_WAIT_S: a client's cancel can be
+    # swallowed on Python 3.11 (aiomqtt's wait_for), and a single cancel then waited for
+    # without end left the demo hanging on an early Ctrl-C (outside review of issue 18).
+    stuck = await cancel_and_wait(tasks, timeout=STOP_WAIT_S)
+    if stuck:
+        print(f"shoed demo: {task_names(stuck)} did not stop within {STOP_WAIT_S:g} s; "
+              "left to the end of the process", file=sys.stderr, flush=True)
     if pty is not None:
         pty.unplug()
 
