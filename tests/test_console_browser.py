@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import pathlib
+import urllib.parse
 from typing import Any
 
 import aiomqtt
@@ -650,6 +651,18 @@ def test_the_page_through_the_shipped_acl_login_refused_then_per_user_commands(
                     await page.wait_for_selector("[data-testid=hold]", state="visible")
                     assert await page.locator("[data-testid=hold-action]"
                                               "[data-command=manual_card]").is_enabled()
+                    # Signed in by the address's fragment (the demo's printed URL for its
+                    # own broker): no form, and the password leaves the address bar.
+                    handed = await (await b.browser.new_context()).new_page()
+                    query = urllib.parse.urlencode({"user": "pit-supervisor-1",
+                                                    "password": USERS["pit-supervisor-1"]})
+                    await handed.goto(f"{b.url}#{query}")
+                    await handed.wait_for_selector("#connection[data-state=connected]",
+                                                   state="attached", timeout=10_000)
+                    await handed.wait_for_selector("[data-testid=role][data-role=supervisor]",
+                                                   timeout=10_000)
+                    assert "#" not in handed.url and "password" not in handed.url
+                    assert await handed.locator("[data-testid=login]").is_hidden()
             finally:
                 await stop_tasks(answering)
     asyncio.run(main())

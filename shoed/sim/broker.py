@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import hashlib
 import os
 import pathlib
 import pwd
@@ -38,6 +40,15 @@ def answers(host: str, port: int, timeout: float = 0.5) -> bool:
     return False
 
 
+def password_hash(password: str) -> str:
+    """A password as Mosquitto 2's password file keeps it (what `mosquitto_passwd` writes:
+    `$7$`, PBKDF2-HMAC-SHA512, 101 iterations, a 12-byte salt)."""
+    salt = os.urandom(12)
+    digest = hashlib.pbkdf2_hmac("sha512", password.encode(), salt, 101)
+    return (f"$7$101${base64.b64encode(salt).decode()}$"
+            f"{base64.b64encode(digest).decode()}")
+
+
 class PrivateMosquitto:
     """`mosquitto -c <conf>` on 127.0.0.1:<port>; stop(), start() again on the same port.
 
@@ -48,8 +59,14 @@ class PrivateMosquitto:
 
     def __init__(self, port: int | None = None, extra_config: str = "",
                  directory: pathlib.Path | None = None, websockets: bool = False,
-                 websockets_port: int | None = None, persistence: bool = False) -> None:
+                 websockets_port: int | None = None, persistence: bool = False,
+                 ws_users: dict[str, str] | None = None) -> None:
         self.port = port or free_port()
+        # Users (name: password) that alone may use the WebSockets listener. Mosquitto
+        # 2.0.11 (Debian 12's) binds a WebSockets listener to every interface whatever
+        # address it names (fixed in 2.0.12): without them, anyone on the network could
+        # connect there (outside review of issue 18).
+        self.ws_users = ws_users
         # MQTT over WebSockets (for a browser), on its own loopback port when asked for.
         self.ws_port: int | None = websockets_port or (free_port() if websockets else None)
         self.dir = directory or pathlib.Path(tempfile.mkdtemp(prefix="shoed-mosquitto-"))
@@ -71,6 +88,13 @@ class PrivateMosquitto:
             f"listener {self.port} 127.0.0.1\nallow_anonymous true\n")
         if self.ws_port is not None:
             listener += f"listener {self.ws_port} 127.0.0.1\nprotocol websockets\n"
+            if self.ws_users:
+                passwords = self.dir / "websockets.passwd"
+                passwords.write_text("".join(f"{user}:{password_hash(password)}\n"
+                                             for user, password in self.ws_users.items()))
+                passwords.chmod(0o600)
+                listener = ("per_listener_settings true\n" + listener
+                            + f"allow_anonymous false\npassword_file {passwords}\n")
         # Started as root, mosquitto would drop to user "mosquitto", which cannot read a
         # private temp dir: this broker is a private one, so it stays the caller's user.
         as_user = f"user {pwd.getpwuid(os.geteuid()).pw_name}\n" if os.geteuid() == 0 else ""

@@ -28,6 +28,7 @@ import json
 import os
 import pathlib
 import re
+import secrets
 import shutil
 import signal
 import sys
@@ -59,6 +60,7 @@ RESET, BOLD, DIM, RED, GREEN, BLUE, YELLOW = (
 MAX_WIDTH = 80
 DEMO_TABLE = "DEMO"
 MAX_DEMO_TABLES = 99
+DEMO_USER = "pit"  # the console's sign-in on the demo's own broker
 STOP_WAIT_S = 5.0  # the view's and the shoe's tasks, cancelled at the end, at most this long
 BET_NAMES = {"banker": "banker", "player": "player", "tie": "tie",
              "player_pair": "player pair", "banker_pair": "banker pair",
@@ -728,6 +730,7 @@ async def _demo(args: argparse.Namespace) -> int:
     banner: list[str] = []
     host, port = settings.mqtt.host_port
     broker: PrivateMosquitto | None = None
+    ws_login: tuple[str, str] | None = None  # the console page's sign-in on our own broker
     state_dir: pathlib.Path | None = None
     tasks: list[asyncio.Task[Any]] = []
     daemon: Daemon | None = None
@@ -763,7 +766,11 @@ async def _demo(args: argparse.Namespace) -> int:
                               f"connect. Give the broker's WebSockets URL as [console] "
                               f"ws_url in a --config, or use --own-broker")
         if own:
-            broker = PrivateMosquitto(websockets=True)
+            # The console's page signs in as DEMO_USER with a password made now, handed to
+            # it in the URL's fragment: Debian 12's Mosquitto opens a WebSockets listener
+            # on every interface, so an open one would take anyone on the network.
+            ws_login = (DEMO_USER, secrets.token_urlsafe(12))
+            broker = PrivateMosquitto(websockets=True, ws_users=dict([ws_login]))
             try:
                 broker.start()
             except BrokerError as error:
@@ -777,11 +784,13 @@ async def _demo(args: argparse.Namespace) -> int:
                                              "ca_file": None, "cert_file": None,
                                              "key_file": None})
             if not args.no_console:
-                # Its own broker takes anyone on this machine only: whoever signs in to
-                # the console acts as a supervisor (a real table maps users to roles).
+                # Its own broker takes the console's page as DEMO_USER only (with the
+                # password in the printed URL): a supervisor (a real table maps users to
+                # roles).
                 settings = _with(settings, auth={"default_role": "supervisor"})
-                banner.append("console: on the demo's own broker any user name signs in "
-                              "as a supervisor")
+                banner.append(f"console: the demo's own broker takes the page as "
+                              f"{DEMO_USER}, a supervisor, with the password in its URL "
+                              f"(no one else: its WebSockets listener wants it)")
             table_id = settings.table.id
         else:
             banner.append(f"using the broker at {settings.mqtt.urls[0]}")
@@ -824,6 +833,9 @@ async def _demo(args: argparse.Namespace) -> int:
                                                   [table_id], ws_url)
             except Exception as error:  # the demo goes on without it
                 banner.append(f"the web console did not start: {error}")
+        if console_url and ws_login is not None:  # the page signs in by itself
+            console_url += "#" + urllib.parse.urlencode({"user": ws_login[0],
+                                                         "password": ws_login[1]})
         if console_url:
             print(paint(f"console: {console_url}", BOLD, colour), flush=True)
         for line in banner:

@@ -73,6 +73,15 @@ function showLogin(config, error = "") {
 
 async function main() {
   const config = await (await fetch("/config.json", { cache: "no-store" })).json();
+  // A sign-in handed over in the address's fragment (`#user=...&password=...`: the demo
+  // prints such a URL for its own broker; a fragment never reaches the server): kept for
+  // this tab's session, then taken out of the address bar.
+  const handed = new URLSearchParams(location.hash.slice(1));
+  if (handed.has("user")) {
+    sessionStorage.setItem(KEY, JSON.stringify({
+      username: handed.get("user") || "", password: handed.get("password") || "" }));
+    history.replaceState(null, "", location.pathname + location.search);
+  }
   const saved = sessionStorage.getItem(KEY);
   if (saved) start(config, JSON.parse(saved));
   else showLogin(config);
