@@ -486,6 +486,107 @@ class SpecDaemon:
                                  qos=1, retain=True)
 
 
+HAND_10 = {"shoe_id": "T7-S1", "hand_no": 10, "voided": None,
+           "cards": [{"card_index": 40, "card": "9H", "position": "P1", "source": "shoe"},
+                     {"card_index": 41, "card": "9C", "position": "B1", "source": "manual"},
+                     {"card_index": 42, "card": "TH", "position": "P2", "source": "shoe"},
+                     {"card_index": 43, "card": "6D", "position": "B2", "source": "shoe"},
+                     {"card_index": 44, "card": "2S", "position": "B3", "source": "shoe"}],
+           "result": {"winner": "banker", "player_cards": ["9H", "TH"],
+                      "banker_cards": ["9C", "6D", "2S"], "player_total": 9,
+                      "banker_total": 7, "payouts": {"banker": 0.95, "player": -1}}}
+
+
+SHOE_ALARMS = [  # recall's alarm_history: the shoe's alarms, newest first
+    {"seq": 61, "ts": "2026-12-01T07:59:00.000Z", "alarm_id": "T7-A1", "code": "cards_lost",
+     "active": False, "momentary": False, "message": "resumed", "hand_no": 8,
+     "card_index": None},
+    {"seq": 60, "ts": "2026-12-01T07:58:00.000Z", "alarm_id": "T7-A1", "code": "cards_lost",
+     "active": True, "momentary": False, "message": "1 card lost", "hand_no": 8,
+     "card_index": None}]
+
+
+class EndedAwayDaemon(SpecDaemon):
+    """SpecDaemon whose hand 10 ends while the page is away: its recall then has it; its
+    recall gives the shoe's alarm history too."""
+
+    ended = False
+
+    async def answer(self, client: aiomqtt.Client, user: str, body: dict[str, Any]) -> None:
+        if body["command"] == "recall":
+            await client.publish(f"{self.root}/cmd/response/{user}", json.dumps({
+                "request_id": body["request_id"], "command": "recall", "ok": True,
+                "error": None, "result": {"hands": [HAND_10] if self.ended else [],
+                                          "shoe_reports": [], "alarm_history": SHOE_ALARMS}}),
+                qos=1)
+            return
+        await super().answer(client, user, body)
+
+
+def test_a_hand_that_ended_while_the_page_was_away_is_finished_from_recall(
+        tmp_path: pathlib.Path, ws_broker) -> None:
+    """The page lost its connection while a hand was in play; the hand's hand_result came
+    meanwhile (lost: the page's session is clean) and the retained state says between
+    hands. The panel stayed on "IN PLAY hand 10" until the next card (outside review of
+    issue 18); now the page asks recall and shows the hand's result from its record:
+    the cards, the winner, the flags the cards give, the payouts."""
+    async def main() -> None:
+        daemon = EndedAwayDaemon(ws_broker.port)
+        ready = asyncio.Event()
+        task = asyncio.create_task(daemon.run(ready))
+        await asyncio.wait_for(ready.wait(), 10)
+        settings = console_settings(tmp_path, ws_broker.ws_url, table="T7")
+        try:
+            async with console_browser(settings, tables=["T7"]) as b:
+                page = await b.page("super1", query="?table=T7")
+                await page.wait_for_selector("[data-testid=result][data-state=none]",
+                                             state="attached", timeout=10_000)
+                # The shoe's alarm history from recall, though the page saw none of it;
+                # the last event from the status's last publish until an event comes.
+                await page.wait_for_selector("[data-testid=alarm-history-item]",
+                                             timeout=10_000)
+                history = [await i.inner_text() for i in await page.locator(
+                    "[data-testid=alarm-history-item]").all()]
+                assert [t.split(" ", 1)[1] for t in history] == [
+                    "cleared cards lost \u2014 resumed", "raised cards lost \u2014 1 card lost"]
+                status = {"online": True, "table_id": "T7", "storage_ok": True,
+                          "last_publish": 1764576000.0}  # 2025-12-01T08:00:00Z
+                await daemon.client.publish("shoed/T7/status", json.dumps(status), qos=1,
+                                            retain=True)
+                await page.wait_for_function(
+                    "() => document.querySelector('[data-field=last_event]')"
+                    ".textContent.includes(':00:00')", timeout=10_000)
+                daemon.ended = True
+                await page.evaluate("window.shoedLink.client.stream.destroy()")
+                between = {**state_message(daemon.alarms), "seq": 80,
+                           "shoe_state": "between_hands", "betting": "open", "cards": [],
+                           "hold": None, "next_position": None, "hands_played": 10}
+                await daemon.client.publish("shoed/T7/state", json.dumps(between), qos=1,
+                                            retain=True)
+                await page.wait_for_selector("[data-testid=result][data-state=result]",
+                                             state="attached", timeout=15_000)
+                result = page.locator("[data-testid=result]")
+                assert await result.get_attribute("data-winner") == "banker"
+                assert await result.get_attribute("data-hand") == "10"
+                assert await page.locator("[data-testid=winner]").inner_text() \
+                    == "BANKER WINS\nPlayer 9 \u2014 Banker 7 \u00b7 hand 10"
+                flags = {await f.get_attribute("data-flag"): await f.get_attribute("data-on")
+                         for f in await page.locator(".flag[data-flag]").all()}
+                assert flags["player_natural"] == "true" and flags["banker_natural"] == "false"
+                assert flags["player_pair"] == "false"
+                big = page.locator("[data-flag=big_small]")
+                assert await big.inner_text() == "Big (5 cards)"
+                assert await page.locator("[data-testid=payout][data-bet=banker]"
+                                          ).get_attribute("data-value") == "0.95"
+                cards = {await c.get_attribute("data-position"): await c.get_attribute(
+                    "data-card") for c in await page.locator(
+                    "[data-testid=hand] [data-testid=card]").all()}
+                assert cards == {"P1": "9H", "P2": "TH", "B1": "9C", "B2": "6D", "B3": "2S"}
+        finally:
+            await stop_tasks(task)
+    asyncio.run(main())
+
+
 @pytest.mark.daemon_pending
 def test_roles_per_user_ack_alarm_and_pit_from_spec_messages(
         tmp_path: pathlib.Path, ws_broker) -> None:

@@ -438,3 +438,28 @@ def test_a_restart_mid_shoe_changes_neither_the_watch_nor_the_report(how: str) -
     again, report_again = run(restart=True)
     assert [a.model_dump() for a in again] == [a.model_dump() for a in alarms]
     assert report_again.model_dump() == report.model_dump()
+
+
+def test_recall_gives_the_current_shoe_s_alarm_history_newest_first() -> None:
+    """A console opened mid-shoe shows the shoe's alarm history, not only what it saw
+    since it opened (outside review of issue 18): recall's `alarm_history` holds the
+    current shoe's alarm events, raises and clears, newest first; a new shoe starts an
+    empty one, and the shoe report is unchanged by it."""
+    table = Table(betting_control="none")
+    table.hello()
+    table.commence("AS", ["2C"])
+    table.fault(3, True)  # a device fault raised mid-shoe, then cleared
+    table.fault(3, False)
+    for card in ["9S", "2S", "TH", "5D", "6C"]:
+        table.draw(card)
+    alarms = table.of("alarm")
+    assert [a.active for a in alarms] == [True, False]
+    history = table.cmd("recall").result["alarm_history"]
+    assert [(h["seq"], h["alarm_id"], h["code"], h["active"]) for h in history] == [
+        (a.seq, a.alarm_id, a.code, a.active) for a in reversed(alarms)]
+    assert history[0]["ts"] == alarms[-1].ts and history[0]["message"] == alarms[-1].message
+    assert table.cmd("end_shoe").ok
+    (report,) = table.of("shoe_report")
+    assert "alarm_log" not in report.model_dump()
+    table.commence("2H", ["3C", "4D"])
+    assert table.cmd("recall").result["alarm_history"] == []

@@ -190,9 +190,27 @@ class RecalledHand(_Open):
     misorders: list[Any]
 
 
+class RecalledAlarm(_Open):
+    """One alarm event of the current shoe, as its `alarm` event said it."""
+
+    seq: int
+    ts: str
+    alarm_id: str
+    code: str
+    active: bool = Field(description="raised (true) or cleared (false)")
+    momentary: bool
+    message: str
+    hand_no: int | None
+    card_index: int | None
+
+
 class RecallResult(_Open):
     hands: list[RecalledHand] = Field(description="newest first")
     shoe_reports: list[dict[str, Any]] | None = None
+    alarm_history: list[RecalledAlarm] | None = Field(
+        default=None,
+        description="the current shoe's alarm events (raises and clears), newest first, "
+                    "at most the newest 100 (added; empty without a shoe)")
 
 
 class ReplayResult(_Open):

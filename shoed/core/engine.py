@@ -1674,7 +1674,12 @@ class Engine:
         hands = list(reversed(self._state.records[-c.hands:]))
         shoes = {h["shoe_id"] for h in hands}
         reports = [r for r in reversed(self._state.shoe_reports) if r["shoe_id"] in shoes]
-        return {"hands": hands, "shoe_reports": reports}
+        shoe = self._state.shoe
+        # The current shoe's alarm events, newest first (added: a console opened mid-shoe
+        # shows the shoe's history, not only what it saw since it opened).
+        history = list(reversed(shoe.report.alarm_log)) \
+            if shoe is not None and shoe.report is not None else []
+        return {"hands": hands, "shoe_reports": reports, "alarm_history": history}
 
     def _cmd_roads(self, c: cmd.RoadsCommand) -> dict[str, Any]:
         return self.roads_message()

@@ -19,6 +19,9 @@ POSITION_GROUPS = ("commencement", "commencement_burn", "burn", "hand", "unneces
                    "after_shoe_end")
 HAND_POSITIONS = frozenset({"burn", "P1", "B1", "P2", "B2", "P3", "B3"})
 INTEGRITY_CODES = frozenset({"shoe_unshuffled", "shoe_order_suspect"})
+#: The shoe's alarm events kept for `recall` (its `alarm_history`: what a console opened
+#: mid-shoe shows): the newest this many, raises and clears.
+ALARM_LOG_KEPT = 100
 
 
 #: What the builder keeps of one card: the latest that the card events said of it, and
@@ -44,6 +47,8 @@ class ShoeReportBuilder(BaseModel):
     alarms: dict[str, int] = Field(default_factory=dict)
     supervisor_actions: dict[str, int] = Field(default_factory=dict)
     integrity: list[dict[str, Any]] = Field(default_factory=list)
+    # The shoe's alarm events, oldest first (at most ALARM_LOG_KEPT): recall's history.
+    alarm_log: list[dict[str, Any]] = Field(default_factory=list)
     reported: bool = False
 
     @property
@@ -75,6 +80,12 @@ class ShoeReportBuilder(BaseModel):
                 self.results.pop(event.hand_no, None)
                 self.voided.append(event.hand_no)
         elif isinstance(event, ev.Alarm):
+            self.alarm_log.append({
+                "seq": event.seq, "ts": event.ts, "alarm_id": event.alarm_id,
+                "code": event.code, "active": event.active, "momentary": event.momentary,
+                "message": event.message, "hand_no": event.hand_no,
+                "card_index": event.card_index})
+            del self.alarm_log[:-ALARM_LOG_KEPT]
             if event.active:
                 self.alarms[event.code] = self.alarms.get(event.code, 0) + 1
                 if event.code in INTEGRITY_CODES:

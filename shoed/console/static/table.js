@@ -8,6 +8,21 @@ import { checkEvent, checkObject, checkRoads, checkState } from "./shape.js";
 const PLAYER = ["P1", "P2", "P3"];
 const BANKER = ["B1", "B2", "B3"];
 const HAND_POSITIONS = new Set(["burn", ...PLAYER, ...BANKER]);
+
+// A hand's result as its hand_result event has it, from its `recall` record (which keeps
+// the winner, the cards, the totals and the payouts): the facts follow from the cards as
+// shoed/core/game.py has them (a natural: the first two cards' total 8 or 9; a pair: their
+// ranks equal; Big: more than 4 cards; Banker six: Banker wins on 6).
+function resultFromRecord(rec) {
+  const r = rec.result, p = r.player_cards, b = r.banker_cards;
+  const two = (cards) => (baccaratValue(cards[0]) + baccaratValue(cards[1])) % 10;
+  const dealt = p.length + b.length;
+  return { ...r, hand_no: rec.hand_no,
+    player_natural: two(p) >= 8, banker_natural: two(b) >= 8,
+    player_pair: p[0][0] === p[1][0], banker_pair: b[0][0] === b[1][0],
+    cards_dealt: dealt, big_small: dealt === 4 ? "small" : "big",
+    banker_six: r.winner === "banker" && r.banker_total === 6 };
+}
 const BETS = ["banker", "player", "tie", "banker_pair", "player_pair", "big", "small"];
 const BET_NAMES = { banker: "Banker", player: "Player", tie: "Tie", banker_pair: "B pair",
   player_pair: "P pair", big: "Big", small: "Small", banker_six: "Banker six" };
@@ -49,7 +64,13 @@ export class TablePage {
       () => this.renderControls());
     this.build();
     // Each message is checked (shape.js) before it replaces the last good one.
-    link.subscribe(`${root}/status`, (d) => { this.status = d && checkObject(d, "status"); this.renderHealth(); this.renderHeader(); this._maybeWhoami(); });
+    link.subscribe(`${root}/status`, (d) => {
+      this.status = d && checkObject(d, "status");
+      // Until an event comes, the last one is the status's last publish (epoch seconds).
+      const last = this.status && this.status.last_publish;
+      if (!this.lastEventTs && typeof last === "number" && last > 0) this.lastEventTs = new Date(last * 1000).toISOString();
+      this.renderHealth(); this.renderHeader(); this._maybeWhoami();
+    });
     link.subscribe(`${root}/device`, (d) => { this.device = d && checkObject(d, "device"); this.renderHealth(); });
     link.subscribe(`${root}/state`, (d) => this.onState(d && checkState(d)));
     link.subscribe(`${root}/roads`, (d) => { this.roads = d && checkRoads(d); this.renderBoard(); });
@@ -76,7 +97,42 @@ export class TablePage {
   async askRecall() {
     if (this.cmd.mode === "read_only" || this.cmd.mode === "pending") return;
     const answer = await this.cmd.send("recall", { hands: 10 }, { quiet: true });
-    if (answer.ok && answer.result) { this.recall = answer.result.hands || []; this.renderRecall(); }
+    if (answer.ok && answer.result) {
+      this.recall = answer.result.hands || [];
+      this.renderRecall();
+      this._endFromRecall();
+      this._historyFromRecall(answer.result.alarm_history);
+    }
+  }
+
+  // The current shoe's alarm events as recall gives them (newest first; a daemon before
+  // the field gives none): merged with what the page saw live, by seq, newest first.
+  _historyFromRecall(history) {
+    if (!Array.isArray(history)) return;
+    const bySeq = new Map(this.alarmHistory.map((a) => [a.seq, a]));
+    for (const a of history) if (a && typeof a.seq === "number" && !bySeq.has(a.seq)) bySeq.set(a.seq, { ...a, shoe_id: this.shoeId });
+    this.alarmHistory = [...bySeq.values()].sort((a, b) => b.seq - a.seq).slice(0, 200);
+    this.historyFromShoe = true;
+    this.renderAlarms();
+  }
+
+  // The hand shown ended while the page was away (a lost connection: its hand_result or
+  // hand_voided never came): finish it from its `recall` record (outside review: the
+  // panel stayed on "IN PLAY" until the next card).
+  _endFromRecall() {
+    const hand = this.hand;
+    if (hand.hand_no === null || hand.result || hand.voided || !this.recall) return;
+    const rec = this.recall.find((r) => r.hand_no === hand.hand_no && r.shoe_id === this.shoeId);
+    if (!rec || (!rec.result && !rec.voided)) return;
+    for (const c of rec.cards || []) {
+      if (HAND_POSITIONS.has(c.position)) {
+        hand.cards.set(c.position, { position: c.position, card: c.card, card_index: c.card_index, source: c.source });
+        hand.pending.delete(c.card_index);
+      }
+    }
+    if (rec.result) hand.result = resultFromRecord(rec);
+    if (rec.voided) hand.voided = { hand_no: rec.hand_no, reason: rec.voided.reason || "voided" };
+    this.renderHand();
   }
 
   async askRoads() {
@@ -107,6 +163,12 @@ export class TablePage {
       this._newHand(null);
     } else {
       this.hand.pending = new Map((state.pending_cards || []).map((c) => [c.card_index, c]));
+      // Between hands while the page shows one unfinished: it ended while we were away.
+      if (this.hand.hand_no !== null && !this.hand.result && !this.hand.voided) {
+        this.hand.endedAway = true;  // said so until its record comes (or none can)
+        this._endFromRecall();
+        if (!this.hand.result && !this.hand.voided) this.askRecall();
+      }
     }
     this.renderHand();
     this.renderHeader();
@@ -283,12 +345,14 @@ export class TablePage {
     const el = this.els.result;
     const voided = this.hand.voided;
     if (!r) {
-      el.dataset.state = voided ? "voided" : "none";
+      const away = !voided && this.hand.endedAway;
+      el.dataset.state = voided ? "voided" : away ? "ended" : "none";
       el.removeAttribute("data-winner");
       el.removeAttribute("data-hand");
-      put(el, h("div", { class: `winner ${voided ? "voided" : ""}` }, voided ? "HAND VOIDED" : "IN PLAY",
-        h("small", {}, voided ? human(voided.reason) : this.hand.hand_no ? `hand ${this.hand.hand_no}` : "waiting for cards")),
-      h("div", { class: "none-note" }, "Payouts appear with the result."));
+      put(el, h("div", { class: `winner ${voided ? "voided" : ""}` }, voided ? "HAND VOIDED" : away ? "HAND ENDED" : "IN PLAY",
+        h("small", {}, voided ? human(voided.reason) : away ? `hand ${this.hand.hand_no} ended while the page was disconnected`
+          : this.hand.hand_no ? `hand ${this.hand.hand_no}` : "waiting for cards")),
+      h("div", { class: "none-note" }, away ? "Its result is in the last hands, when your role may ask for them." : "Payouts appear with the result."));
       return;
     }
     el.dataset.state = voided ? "voided" : "result";
@@ -373,7 +437,8 @@ export class TablePage {
     put(el, h("h2", {}, `Alarms${active.length ? ` (${active.length} active)` : ""}`),
       ...(items.length ? items : [h("div", { class: "none-note" }, "No active alarm")]),
       h("div", { class: "road-title" }, "This shoe's alarm history"),
-      history.length ? h("ul", { class: "history" }, ...history) : h("div", { class: "none-note" }, "none since the page opened"));
+      history.length ? h("ul", { class: "history" }, ...history)
+        : h("div", { class: "none-note" }, this.historyFromShoe ? "none in this shoe" : "none since the page opened"));
   }
 
   // ---- hold and commands --------------------------------------------------------------
