@@ -233,16 +233,22 @@ RATE = number(float, 0, 1)
 SECONDS = number(float, 0, 10**7)
 
 
-def host_port(text: str) -> str:
-    """`HOST:PORT` (HOST may be empty: 127.0.0.1), PORT 1..65535."""
+def host_port(text: str, least: int = 1) -> str:
+    """`HOST:PORT` (HOST may be empty: 127.0.0.1), PORT least..65535."""
     _host, sep, port = text.rpartition(":")
     if not sep:
         raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
     try:
-        number(int, 1, 65535)(port)
+        number(int, least, 65535)(port)
     except argparse.ArgumentTypeError as error:
         raise argparse.ArgumentTypeError(f"port {error} (in {text!r})") from None
     return text
+
+
+def listen_address(text: str) -> str:
+    """Where to serve: `HOST:PORT`, PORT 0..65535 (0: any free port, as `shoed console
+    --listen` takes it)."""
+    return host_port(text, least=0)
 
 
 def table_id(text: str) -> str:
@@ -368,7 +374,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--supervisor-delay", type=SECONDS, default=3.0, metavar="SECONDS",
                       help="how long the simulated supervisor lets a hold show")
     demo.add_argument("--no-console", action="store_true", help="do not start the web console")
-    demo.add_argument("--console-listen", type=host_port, metavar="HOST:PORT",
+    demo.add_argument("--console-listen", type=listen_address, metavar="HOST:PORT",
                       help="where the web console listens (default 127.0.0.1:8080, or a "
                            "free port)")
     add_simulation_options(demo)

@@ -26,7 +26,10 @@ CASES = (
        for option, bad, good in SIMULATION]
     + [("demo", "--duration", ["-1", "nan", "x"], ["0", "30"]),
        ("simulate", "--listen", [":0", ":65536", "127.0.0.1:x", "nocolon"],
-        [":7000", "127.0.0.1:65535"])]
+        [":7000", "127.0.0.1:65535"]),
+       # 0: any free port, as `shoed console --listen` takes it (outside review of issue 18)
+       ("demo", "--console-listen", [":65536", ":-1", "127.0.0.1:x", "nocolon"],
+        ["127.0.0.1:0", ":8080"])]
 )
 
 

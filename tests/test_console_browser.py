@@ -660,6 +660,10 @@ def test_roles_per_user_ack_alarm_and_pit_from_spec_messages(
                 await pit.wait_for_selector("[data-testid=pit-table][data-table=T7]"
                                             "[data-alarmed=true]", timeout=10_000)
                 assert await pit.locator("[data-testid=pit-table]").count() == 2
+                # T8 has no daemon (no status at all): a table to look at, highlighted too
+                # (outside review of issue 18: it was not, with data-alarmed "null").
+                assert await pit.locator("[data-testid=pit-table][data-table=T8]"
+                                         ).get_attribute("data-alarmed") == "true"
                 cells = pit.locator("[data-table=T7] [data-testid=big-road] [data-col]")
                 assert await cells.count() == len(BIG_ROAD)
                 await pit.click("[data-testid=pit-table][data-table=T7]")

@@ -27,7 +27,9 @@ export class Link {
     const id = `console-${this.username || "anon"}-${Math.random().toString(16).slice(2, 10)}`;
     this.client = mqtt.connect(this.url, {
       username: this.username || undefined, password: this.password || undefined,
-      clientId: id, protocolVersion: 4, clean: true, keepalive: 15,
+      // keepalive 5 s: a connection lost without a word (a cable, a Wi-Fi drop) shows in
+      // ~8 s, not ~22 s (outside review of issue 18); a ping every 5 s costs nothing here
+      clientId: id, protocolVersion: 4, clean: true, keepalive: 5,
       reconnectPeriod: 1000, connectTimeout: 5000, resubscribe: false,
     });
     this._set("connecting");

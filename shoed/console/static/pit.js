@@ -25,7 +25,8 @@ class Tile {
   render() {
     const s = this.state || {};
     const alarms = s.alarms || [];
-    const alarmed = alarms.length > 0 || !!s.hold || (this.status && this.status.online === false);
+    // No status at all (a daemon never seen on this broker) counts as a table to look at.
+    const alarmed = alarms.length > 0 || !!s.hold || !this.status || this.status.online === false;
     this.el.classList.toggle("alarmed", alarmed);
     this.el.dataset.alarmed = String(alarmed);
     const online = this.status ? !!this.status.online : null;
