@@ -70,6 +70,8 @@ def test_a_phase_step_outside_the_table_is_an_engine_error(
     for key in ("seq", "alarm_counter", "pull_arrivals"):
         before.pop(key), after.pop(key)
     assert after["shoe"]["report"]["alarms"].pop("engine_error") == 1  # the report counts it
+    logged = after["shoe"]["report"]["alarm_log"].pop()  # and its alarm history holds it
+    assert logged["code"] == "engine_error" and logged["seq"] == alarm.seq
     assert after == before
 
 

@@ -24,6 +24,8 @@ def _state(engine: Engine) -> dict[str, Any]:
     shoe = state["shoe"]
     if shoe is not None and shoe["report"] is not None:  # the shoe report counts it
         shoe["report"]["alarms"].pop("engine_error", None)
+        shoe["report"]["alarm_log"] = [a for a in shoe["report"]["alarm_log"]
+                                       if a["code"] != "engine_error"]
     return state
 
 

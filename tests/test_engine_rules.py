@@ -1143,3 +1143,137 @@ def test_a_flagged_card_of_a_voided_pull_raises_its_alarm() -> None:
     table.feed(upper.model_copy(update={"at": table.now(), "card": "AS"}))  # AS again
     (alarm,) = [a for a in table.of("alarm", m) if a.code == "excess_card"]
     assert alarm.momentary and "drawn as voided" in alarm.message
+
+
+# --- outside review of the cores, 2026-12-07 (evening): decisions.md 220 ------------------
+
+
+def _ready(mode: str, **config: Any) -> Table:
+    table = Table(betting_control=mode, **config)
+    table.hello()
+    table.commence("AS", ["2C"])
+    return table
+
+
+@pytest.mark.parametrize(("mode", "profile", "pulls", "hand_cards"), [
+    ("commands", "burn_then_void", [["KS"], ["2S"], ["3S"], ["4S"]], 4),
+    ("commands", "burn_then_player", [["KS"], ["2S"], ["3S"], ["4S"]], 5),  # P1 exposed
+    ("commands", "burn_then_void", [["KS", "2S", "3S"]], 4),  # one pull, pending whole
+])
+def test_cards_pending_past_the_card_that_voids_the_shoe_keep_their_index(
+        mode: str, profile: str, pulls: list[list[str]], hand_cards: int) -> None:
+    """A held hand with cards pending; the hold ends, the hand completes, and its surplus
+    voids the shoe (rule 6). The pending cards after the voiding one were drawn while the
+    shoe was in play, each with its card_index already published: they stay this shoe's
+    cards, unnecessary, their card_index kept (mqtt-api.md section 2), and the shoe report
+    counts them so; before, they were re-published as `without_shoe`, card_index null."""
+    table = _ready(mode, unnecessary_cards=profile)
+    if mode == "commands":
+        assert table.cmd("close_betting").ok
+    table.draw("9C")  # burn
+    table.draw(UNREAD)  # P1 unread: the hand is held
+    for card in ["5H", "5D", "4C"]:  # B1, P2, B2 placed at once
+        table.draw(card)
+    for pull in pulls:
+        table.draw(*pull)
+    pending = [card for pull in pulls for card in pull]
+    indexes = {c.card: c.card_index for c in table.of("card") if c.card in pending}
+    assert sorted(indexes.values()) == list(range(8, 8 + len(pending)))
+    mark = table.mark()
+    assert table.cmd("manual_card", card_index=4, card="4S").ok  # P 9, a natural: complete
+    assert table.of("shoe_voided", mark)
+    last = {}
+    for event in table.of("card"):
+        last[event.card_index] = event
+    for card, index in indexes.items():
+        event = last[index]
+        assert event.position is not None and event.position != "without_shoe", event
+        assert event.shoe_id is not None and event.card == card
+    assert not [e for e in table.of("card", mark) if e.card_index is None]
+    assert not [p for p in table.of("procedure", mark) if p.rule == "card_without_shoe"]
+    (report,) = table.of("shoe_report")
+    assert report.cards_by_position["hand"] == hand_cards  # not the pending ones
+    assert report.cards_drawn == 7 + len(pending)
+
+
+def test_a_pull_whose_second_card_voids_the_shoe_keeps_its_third_card_s_index() -> None:
+    """Betting open after a result (commands mode, burn_then_void): one pull of three
+    cards; the first becomes the next burn, the second voids the shoe, the third, of the
+    same pull, is an unnecessary card of this shoe with its card_index (its
+    multi_card_pull procedure names it), not a card without a shoe."""
+    table = _ready("commands", unnecessary_cards="burn_then_void")
+    assert table.cmd("close_betting").ok
+    for card in ["9C", "4S", "5H", "5D", "4C"]:  # burn, then a natural: hand 1's result
+        table.draw(card)
+    mark = table.mark()
+    table.draw("TD", "AC", "AH")
+    (pull,) = [p for p in table.of("procedure", mark) if p.rule == "multi_card_pull"]
+    named = [c["card_index"] for c in pull.cards]
+    cards = table.of("card", mark)
+    assert [c.card_index for c in cards] == named and None not in named
+    assert [c.position for c in cards] == ["burn", "unnecessary", "unnecessary"]
+    assert all(c.shoe_id == cards[0].shoe_id for c in cards)
+    assert table.of("shoe_voided", mark)
+
+
+def test_a_pull_half_received_when_betting_closes_is_of_the_betting(  # rule 5
+        ) -> None:
+    """Commands mode: the first item of a three-card pull arrives while betting is open,
+    then close_betting, then the pull's other items. The pull left the shoe together,
+    while betting was open: its cards are unnecessary cards (the burn, then P1 exposed
+    with its alarm, then the shoe voided under burn_then_player); before, they became a
+    plain burn, P1 and B1."""
+    table = _ready("commands", unnecessary_cards="burn_then_player")
+    table.pull_id += 1
+    items = [DeviceItem(at=table.now(0.05), item="card", pull_id=table.pull_id, pull_pos=pos,
+                        pull_size=3, device_card_index=10 + pos, card=card)
+             for pos, card in ((1, "9C"), (2, "4S"), (3, "5H"))]
+    table.feed(items[0])
+    mark = table.mark()
+    assert table.cmd("close_betting").ok
+    for item in items[1:]:
+        table.feed(item.model_copy(update={"at": table.now(0.05)}))
+    cards = {e.card: e for e in table.of("card", mark)}
+    assert cards["9C"].position == "burn"
+    assert cards["4S"].position == "P1" and cards["4S"].exposed_during_betting
+    assert [a.code for a in table.of("alarm", mark)] == ["card_exposed_during_betting"]
+    assert cards["5H"].position == "unnecessary"
+    assert [v.reason for v in table.of("shoe_voided", mark)] == ["unnecessary_cards"]
+
+
+@pytest.mark.parametrize("command", ["void_shoe", "new_shoe"])
+def test_voiding_the_shoe_voids_no_hand_that_never_began(command: str) -> None:
+    """Commands mode: after a result, betting is open and the next hand's burn is drawn
+    (an unnecessary card). Voiding the shoe then (void_shoe, new_shoe force) voided "hand
+    2", a hand that never began (rule 5: in progress only from close_betting), and counted
+    it in hands_voided; without that early burn it did not."""
+    table = _ready("commands")
+    assert table.cmd("close_betting").ok
+    for card in ["9C", "4S", "5H", "5D", "4C"]:  # burn, then a natural: hand 1's result
+        table.draw(card)
+    assert table.of("hand_result")
+    table.draw("2C")  # drawn while betting is open: hand 2's burn
+    mark = table.mark()
+    fields = {"reason": "supervisor"} if command == "void_shoe" else {"force": True}
+    assert table.cmd(command, **fields).ok
+    assert table.of("hand_voided", mark) == []
+    (voided,) = table.of("shoe_voided", mark)
+    assert voided.hand_no is None
+
+
+def test_a_card_of_a_voided_hand_is_published_voided() -> None:
+    """`voided` on a card event was never true (outside review of the cores): an item of a
+    pull half received when void_hand voided its hand is published once, already voided."""
+    table = _ready("none")
+    table.draw("9C")  # burn
+    table.pull_id += 1
+    items = [DeviceItem(at=table.now(0.05), item="card", pull_id=table.pull_id, pull_pos=pos,
+                        pull_size=2, device_card_index=20 + pos, card=card)
+             for pos, card in ((1, "4S"), (2, "5H"))]
+    table.feed(items[0])
+    assert table.cmd("void_hand", hand_no=1, reason="misdeal").ok
+    mark = table.mark()
+    table.feed(items[1].model_copy(update={"at": table.now(0.05)}))
+    voided = [e for e in table.of("card", mark) if e.card in ("4S", "5H")]
+    assert voided and all(e.voided and e.position is None and e.hand_no == 1 for e in voided)
+    assert not [e for e in table.of("card") if e.voided and e.card not in ("4S", "5H")]

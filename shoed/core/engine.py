@@ -600,7 +600,7 @@ class Engine:
         extra: dict[str, Any] = {} if hand_no is None else {"hand_no": hand_no}
         self._emit(ev.Procedure, rule=rule, action=action, cards=listed, detail=detail, **extra)
 
-    def _publish_card(self, card: CardRec, force: bool = False) -> None:
+    def _publish_card(self, card: CardRec, force: bool = False, voided: bool = False) -> None:
         key = f"{card.position}|{card.card}|{card.hand_no}|{card.exposed}|{card.read}"
         if key == card.published and not force:
             return
@@ -611,6 +611,7 @@ class Engine:
             device_card_index=card.device_card_index, pull_id=card.pull_id,
             source="manual" if card.read == "manual" else "shoe",
             exposed_during_betting=card.exposed, read=card.read, uid=card.uid,
+            voided=voided,
         )
         if card.flags or card.read == "foreign":
             self._integrity_notice(card)
@@ -915,7 +916,8 @@ class Engine:
         pull.items.append(PullItem(item=item, arrival=self._state.pull_arrivals))
         if len(pull.items) == pull.size:
             self._state.pull = None
-            self._apply_pull(pull.items, complete=True, voided_hand=pull.voided_hand)
+            self._apply_pull(pull.items, complete=True, voided_hand=pull.voided_hand,
+                             betting_open=pull.betting_open)
 
     def _flush_pull_incomplete(self, why: str) -> None:
         pull = self._state.pull
@@ -924,21 +926,23 @@ class Engine:
         self._state.pull = None
         self._apply_pull(pull.items, complete=False,
                          why=f"pull {pull.pull_id}: {len(pull.items)} of {pull.size} items; {why}",
-                         voided_hand=pull.voided_hand)
+                         voided_hand=pull.voided_hand, betting_open=pull.betting_open)
 
     def _apply_pull(self, entries: list[PullItem], complete: bool, why: str = "",
-                    voided_hand: int | None = None) -> None:
+                    voided_hand: int | None = None, betting_open: bool = False) -> None:
         """A buffered pull's items, complete or not, in procedure order."""
         ordered = pulls.upper_first(entries)
         size = max((e.item.pull_size or 1) for e in entries)
         self._apply_items([e.item for e in ordered], size, size > 1 and pulls.reordered(ordered),
-                          complete, why, voided_hand)
+                          complete, why, voided_hand, betting_open)
 
     def _apply_items(self, ordered: list[DeviceItem], size: int, reordered: bool,
-                     complete: bool, why: str = "", voided_hand: int | None = None) -> None:
+                     complete: bool, why: str = "", voided_hand: int | None = None,
+                     betting_open: bool = False) -> None:
         """The items of one pull in procedure order (its size as the items say; reordered:
         they arrived in another order): counted, watched, placed; or, of a pull pending
-        when its hand was voided (`voided_hand`), voided with that hand."""
+        when its hand was voided (`voided_hand`), voided with that hand; of a pull pending
+        when betting closed (`betting_open`), unnecessary cards (rule 5)."""
         shoe = self._state.shoe
         in_shoe = shoe is not None and shoe.phase != "shoe_voided"
         cards: list[tuple[DeviceItem, CardRec | None]] = []
@@ -963,7 +967,7 @@ class Engine:
             elif voided_hand is not None and in_shoe:
                 self._deal_voided(card, voided_hand)
             else:
-                self._deal(card, surplus)
+                self._deal(card, surplus or betting_open)
         if not complete and voided_hand is not None:
             # Its missing items were drawn before the void too: the voided hand's, not
             # the next hand's, which is not held for them.
@@ -986,7 +990,7 @@ class Engine:
         self._count(card)
         self._watch(card)
         card.position, card.hand_no = None, hand_no
-        self._publish_card(card)
+        self._publish_card(card, voided=True)  # published once, already voided
         self._procedure("card_of_voided_hand", "voided", [card], hand_no=hand_no)
         self._integrity_notice(card, drawn_as="voided")
 
@@ -1005,9 +1009,10 @@ class Engine:
                        drawn_at=item.at)
 
     def _count(self, card: CardRec) -> None:
-        """Card integrity (rule 11): excess copies and duplicate UIDs are flagged."""
+        """Card integrity (rule 11): excess copies and duplicate UIDs are flagged (every card
+        of a shoe: one drawn before its void, a later item of the voiding pull, too)."""
         shoe = self._state.shoe
-        if shoe is None or shoe.phase == "shoe_voided":
+        if shoe is None or (shoe.phase == "shoe_voided" and not card.card_index):
             return
         if card.uid is not None:
             if card.uid in shoe.uids:
@@ -1023,6 +1028,17 @@ class Engine:
 
     def _route(self, card: CardRec, surplus: bool = False) -> None:
         shoe = self._state.shoe
+        if shoe is not None and shoe.phase == "shoe_voided" and card.card_index:
+            # Drawn while the shoe was in play (a later item of the pull whose card voided
+            # it, a card pending in a hold that ended in the void): a card of this shoe,
+            # its card_index kept (mqtt-api.md section 2: a later placement re-publishes
+            # the same card_index), an unnecessary card past the one that voided the shoe
+            # (rule 6), not a card without a shoe (outside review of the cores).
+            card.position, card.hand_no = "unnecessary", shoe.hand_no or None
+            self._publish_card(card)
+            self._procedure("unnecessary_card", "ignored", [card], hand_no=card.hand_no,
+                            detail="drawn before the shoe was voided by an earlier card")
+            return
         if shoe is None or shoe.phase == "shoe_voided":
             card.card_index = 0
             card.position, card.hand_no = "without_shoe", None
@@ -1299,7 +1315,10 @@ class Engine:
         shoe = self._state.shoe
         assert shoe is not None
         hand = shoe.hand
-        if hand is not None and (hand.in_progress or hand.cards) and reason != "unnecessary_cards":
+        # A hand that began (rule 5: in commands mode from close_betting), or one held from
+        # its start; not the next hand's burn drawn while betting is open (an unnecessary
+        # card): no hand_voided for a hand that never began (outside review of the cores).
+        if hand is not None and (hand.in_progress or hand.holds) and reason != "unnecessary_cards":
             self._void_hand_in_progress(hand, f"shoe voided ({reason})", operator)
         shoe.hand = None
         self._enter(shoe, "shoe_voided")
@@ -1433,6 +1452,11 @@ class Engine:
         upcoming = hand.hand_no if hand is not None else shoe.hand_no + 1
         if c.hand_no is not None and c.hand_no != upcoming:
             raise Refused("wrong_hand", f"expected hand_no {upcoming}, got {c.hand_no}")
+        if self._state.pull is not None:
+            # A pull half received: its items left the shoe together, while betting was
+            # open (outside review of the cores: they became the hand's burn, P1 and B1,
+            # not exposed)
+            self._state.pull.betting_open = True
         hand = self._next_hand()
         hand.in_progress = True
         shoe.betting = "closed"

@@ -77,7 +77,12 @@ class CardEvent(EventBase):
     exposed_during_betting: bool = False
     read: Literal["read", "unread", "foreign", "manual"] = "read"
     uid: str | None = None
-    voided: bool = False
+    voided: bool = Field(
+        default=False,
+        description="true when the card is published already voided with its hand (an "
+                    "item of a pull half received before `void_hand`: position null, the "
+                    "voided hand's hand_no); a card published before its hand was voided is "
+                    "not published again: its hand's `hand_voided` covers it")
 
 
 class BettingClosed(EventBase):

@@ -104,6 +104,10 @@ class PullBuffer(BaseModel):
     # void_hand came while this pull was pending: its items were drawn before the command,
     # so they are that hand's and are voided with it (rule 10), wherever they come after.
     voided_hand: int | None = None
+    # close_betting came while this pull was pending (commands mode): its items left the
+    # shoe while betting was open, so they are unnecessary cards (rule 5), wherever they
+    # come after the command.
+    betting_open: bool = False
 
 
 class AlarmState(BaseModel):
