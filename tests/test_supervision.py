@@ -532,6 +532,48 @@ def test_a_daemon_that_took_an_empty_root_while_the_first_was_away_yields_it(
     asyncio.run(main())
 
 
+def test_a_daemon_that_yielded_takes_the_root_once_the_first_has_gone(
+        tmp_path: pathlib.Path, broker: PrivateMosquitto) -> None:
+    """The daemon that yielded (the test above) keeps a persistent session. Its watch
+    subscribed at QoS 1, so the broker queued every status of the first daemon while it
+    backed off; once the first had stopped, each queued "online" status made it yield
+    again at its next connect, 10 s each (outside review of today's changes). The watch
+    is QoS 0 now, and a claim it sees is checked against the root's current status before
+    it yields: the first daemon's statuses sent while the second waited (three here) do
+    not keep it off the root once the first has said offline."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+
+    async def main() -> None:
+        collector, task = await _collector(broker)
+        with daemon(tmp_path / "a", broker.url, mqtt={"client_id": "pc-a"}) as a, \
+                daemon(tmp_path / "b", broker.url, mqtt={"client_id": "pc-b"}) as b:
+            a.start_shoe(seed=5, pace=0.1)
+            a.start()
+            await wait_for(lambda: collector.retained.get("status", {}).get("run_id"), 20,
+                           "A's status")
+            a_status = dict(collector.retained["status"])
+            async with aiomqtt.Client("127.0.0.1", broker.port) as other:
+                await other.publish("shoed/T9/status", b"", qos=1, retain=True)  # lost
+                b.start_shoe(seed=6, pace=0.1)
+                b.start()
+                await wait_for(lambda: b.logged("table_id_conflict"), 20, "B yields to A")
+                for n in range(3):  # A's statuses while B backs off
+                    await other.publish("shoed/T9/status", json.dumps(
+                        {**a_status, "ts": a_status["ts"] + n + 1}), qos=1)
+            assert a.stop() == 0  # A says offline
+            await wait_for(lambda: len(b.logged("mqtt_connected")) >= 2,
+                           CONFLICT_BACKOFF_S + 15, "B on the root after A")
+            await asyncio.sleep(3.0)
+            assert len(b.logged("table_id_conflict")) == 1  # never again after A left
+            assert collector.retained["status"]["run_id"] != a_status["run_id"]
+            assert collector.retained["status"]["online"] is True
+            assert b.stop() == 0
+        task.cancel()
+
+    asyncio.run(main())
+
+
 def test_a_session_taken_over_mqtt5_reason_is_a_conflict(tmp_path: pathlib.Path) -> None:
     """The broker's MQTT 5 DISCONNECT 0x8E (session taken over): the daemon backs off
     10 s (no reconnect storm), logs `table_id_conflict` at error with its run_id, shows

@@ -66,6 +66,10 @@ UNDELIVERED_ANSWER_MAX = 16 * 1024
 LISTENER_HOOKS: list[Callable[[], Awaitable[None]]] = []
 
 
+async def _ignored(payload: bytes | str) -> None:
+    """`Inbox.on_status` until the MQTT service sets its own."""
+
+
 def replay_pace(started: float, sent: int, now: float, rate: float,
                 burst: float) -> tuple[float, float]:
     """A replay's pace after `sent` events: the time it is paced from, and how long to
@@ -139,7 +143,7 @@ class Inbox:
         self.publish_timeout = publish_timeout  # no PUBACK for this long: the replay fails
         # `{root}/status` as the connection sees it (the root's watch, MqttService): it
         # may raise (RootTaken), which ends the connection.
-        self.on_status: Callable[[bytes | str], None] = lambda payload: None
+        self.on_status: Callable[[bytes | str], Awaitable[None]] = _ignored
 
     def take_replays(self) -> set[asyncio.Task[None]]:
         """The replays in flight (the connection ends: the caller cancels them)."""
@@ -178,8 +182,8 @@ class Inbox:
             topic = str(message.topic)
             if topic == f"{self.root}/status":
                 self._ack(client, message)
-                self.on_status(message.payload if isinstance(message.payload, bytes | str)
-                               else b"")
+                await self.on_status(message.payload
+                                     if isinstance(message.payload, bytes | str) else b"")
                 continue
             sender = self.sender_of(topic)
             if sender is None:

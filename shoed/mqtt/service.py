@@ -273,11 +273,13 @@ class MqttService:
                                    json.dumps(self.status.offline_payload()), 0, True,
                                    self._props)
 
-    def _root_status(self, payload: bytes | str) -> None:
+    async def _root_status(self, payload: bytes | str) -> None:
         """A status on our root while we hold it: another live daemon online before us
         takes it back (RootTaken ends this connection, without our offline status: the
-        root is not ours); one online after us (it found the root empty, a broker that
-        lost its retained status) is told by our status, republished now."""
+        root is not ours), once a look at the root's retained status confirms it (a
+        status the broker kept queued for this session may be minutes old: outside
+        review); one online after us (it found the root empty, a broker that lost its
+        retained status) is told by our status, republished now."""
         try:
             body = json.loads(payload)
         except (ValueError, UnicodeDecodeError):
@@ -288,7 +290,14 @@ class MqttService:
         verdict = status_verdict(body, status.run_id, status.online_since, status.instance,
                                  self.statuses_seen, asyncio.get_running_loop().time())
         if verdict == "taken":
-            raise RootTaken(self.root, status.run_id, body)
+            # Raises RootTaken when the root's current status shows the other daemon.
+            await check_root(self.client_args(), self.root, status.run_id,
+                             status.online_since, status.instance, seen=self.statuses_seen)
+            self.log.info("root_claim_not_current", root=self.root,
+                          other_run_id=body.get("run_id"),
+                          action="the root's retained status shows no other live daemon: "
+                                 "this daemon keeps it")
+            return
         if verdict == "later":
             self.log.warning("root_claimed_by_a_later_daemon", root=self.root,
                              run_id=status.run_id, other_run_id=body.get("run_id"),
@@ -333,12 +342,14 @@ class MqttService:
                 await client.subscribe(topic, qos=1)
         # The root's watch: another daemon's status while this one holds the root (one
         # that connected while this one was away, behind a broker that lost its retained
-        # status: outside review of issue 13). MQTT 5: not our own (no local).
+        # status: outside review of issue 13). MQTT 5: not our own (no local). QoS 0: the
+        # persistent session must not queue the other's statuses while this daemon is
+        # off the root (they came back as a flood of stale claims at the next connect).
         if self.v5:
             await client.subscribe(f"{self.root}/status",
-                                   options=SubscribeOptions(qos=1, noLocal=True))
+                                   options=SubscribeOptions(qos=0, noLocal=True))
         else:
-            await client.subscribe(f"{self.root}/status", qos=1)
+            await client.subscribe(f"{self.root}/status", qos=0)
         # Connected means commands are taken: only once the broker has our subscriptions
         # (a new session has none before; a command sent earlier is lost at the broker).
         self.status.set(mqtt_connected=True, mqtt_error=None, broker_url=self.url,
