@@ -163,8 +163,10 @@ class Watcher:
         self._thread.join(timeout=10)
 
 
-async def retained_over_websockets(port: int, topic: str) -> dict[str, Any]:
+async def retained_over_websockets(port: int, topic: str, username: str | None = None,
+                                   password: str | None = None) -> dict[str, Any]:
     async with aiomqtt.Client("127.0.0.1", port, transport="websockets",
+                              username=username, password=password,
                               identifier=f"test-ws-{time.time_ns()}") as client:
         await client.subscribe(topic, qos=1)
         async with asyncio.timeout(10):
@@ -193,13 +195,19 @@ def unwrapped(lines: list[str], item: int = 0) -> str:
 
 def test_ctrl_c_with_its_own_broker_ends_cleanly_and_removes_the_broker_dir(
         tmp_path: pathlib.Path, demos: list[Demo]) -> None:
-    demo = start(demos, tmp_path, "--own-broker", "--unread-rate", "0", *FAST)
+    with_console = [arg for arg in FAST if arg != "--no-console"]
+    demo = start(demos, tmp_path, "--own-broker", "--unread-rate", "0",
+                 "--console-listen", "127.0.0.1:0", *with_console)
+    url = demo.wait_for(r"^console: (http://\S+)").group(1)
     ports = demo.wait_for(r"started the demo's own mosquitto on port \d+ \(WebSockets on "
                           r"(\d+)\)")
     demo.wait_for(r"^hand 2: ")
-    # The WebSockets listener (for the web console) serves MQTT: the retained state is there.
-    assert asyncio.run(retained_over_websockets(int(ports.group(1)), "shoed/DEMO/state")
-                       )["shoe_id"].startswith("DEMO-")
+    # The WebSockets listener (for the web console) serves MQTT, to the sign-in the
+    # console URL carries: the retained state is there.
+    login = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(url).fragment))
+    assert asyncio.run(retained_over_websockets(
+        int(ports.group(1)), "shoed/DEMO/state", login["user"], login["password"])
+    )["shoe_id"].startswith("DEMO-")
     assert list(tmp_path.glob("shoed-mosquitto-*")), "the broker's directory is in TMPDIR"
     started = time.monotonic()
     assert demo.interrupt() == 0, demo.text[-3000:]
