@@ -451,6 +451,13 @@ class SpecDaemon:
                 self.commands.append((user, body))
                 await self.answer(client, user, body)
 
+    async def start(self) -> asyncio.Task[None]:
+        """run() as a task, returned once its retained topics are published."""
+        ready = asyncio.Event()
+        task = asyncio.create_task(self.run(ready))
+        await asyncio.wait_for(ready.wait(), 10)
+        return task
+
     async def answer(self, client: aiomqtt.Client, user: str, body: dict[str, Any]) -> None:
         if user not in self.roles:
             return
@@ -532,9 +539,7 @@ def test_a_hand_that_ended_while_the_page_was_away_is_finished_from_recall(
     the cards, the winner, the flags the cards give, the payouts."""
     async def main() -> None:
         daemon = EndedAwayDaemon(ws_broker.port)
-        ready = asyncio.Event()
-        task = asyncio.create_task(daemon.run(ready))
-        await asyncio.wait_for(ready.wait(), 10)
+        task = await daemon.start()
         settings = console_settings(tmp_path, ws_broker.ws_url, table="T7")
         try:
             async with console_browser(settings, tables=["T7"]) as b:
@@ -592,9 +597,7 @@ def test_roles_per_user_ack_alarm_and_pit_from_spec_messages(
         tmp_path: pathlib.Path, ws_broker) -> None:
     async def main() -> None:
         daemon = SpecDaemon(ws_broker.port)
-        ready = asyncio.Event()
-        task = asyncio.create_task(daemon.run(ready))
-        await asyncio.wait_for(ready.wait(), 10)
+        task = await daemon.start()
         settings = console_settings(tmp_path, ws_broker.ws_url, table="T7")
         try:
             async with console_browser(settings, tables=["T7", "T8"]) as b:
@@ -830,9 +833,7 @@ def test_the_page_keeps_its_user_confirms_only_its_hold_and_shows_late_answers(
         tmp_path: pathlib.Path, ws_broker) -> None:
     async def main() -> None:
         daemon = AwkwardDaemon(ws_broker.port, resume_delay_s=11.0)
-        ready = asyncio.Event()
-        task = asyncio.create_task(daemon.run(ready))
-        await asyncio.wait_for(ready.wait(), 10)
+        task = await daemon.start()
         settings = console_settings(tmp_path, ws_broker.ws_url, table="T7")
         try:
             async with console_browser(settings, tables=["T7"]) as b:
@@ -892,9 +893,7 @@ def test_a_malformed_message_is_skipped_and_the_pages_stay_live(
     froze every open page, the pit's other tables included, while it said connected)."""
     async def main() -> None:
         t7, t8 = SpecDaemon(ws_broker.port), SpecDaemon(ws_broker.port, root="shoed/T8")
-        ready7, ready8 = asyncio.Event(), asyncio.Event()
-        tasks = [asyncio.create_task(t7.run(ready7)), asyncio.create_task(t8.run(ready8))]
-        await asyncio.wait_for(asyncio.gather(ready7.wait(), ready8.wait()), 10)
+        tasks = list(await asyncio.gather(t7.start(), t8.start()))
         settings = console_settings(tmp_path, ws_broker.ws_url, table="T7")
         try:
             async with console_browser(settings, tables=["T7", "T8"]) as b:
