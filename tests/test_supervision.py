@@ -18,7 +18,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -487,6 +487,43 @@ class KickingProxy:
         self.links.clear()
 
 
+@dataclass
+class LostStatus:
+    """Daemon A on the root, its retained status wiped (a broker that lost it), daemon B
+    started then, on another client id (two table PCs), and B's yield to A seen."""
+
+    collector: Collector
+    a: DaemonProcess
+    b: DaemonProcess
+    a_status: dict[str, Any]  # A's retained status before the wipe
+    other: aiomqtt.Client  # a client of the test's own on the broker
+    yielded_at: float  # wall time B's yield was seen
+
+
+@contextlib.asynccontextmanager
+async def b_yielded_to_a(tmp_path: pathlib.Path,
+                         broker: PrivateMosquitto) -> AsyncIterator[LostStatus]:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    collector, task = await _collector(broker)
+    try:
+        with daemon(tmp_path / "a", broker.url, mqtt={"client_id": "pc-a"}) as a, \
+                daemon(tmp_path / "b", broker.url, mqtt={"client_id": "pc-b"}) as b:
+            a.start_shoe(seed=5, pace=0.1)
+            a.start()
+            await wait_for(lambda: collector.retained.get("status", {}).get("run_id"), 20,
+                           "A's status")
+            a_status = dict(collector.retained["status"])
+            async with aiomqtt.Client("127.0.0.1", broker.port) as other:
+                await other.publish("shoed/T9/status", b"", qos=1, retain=True)  # lost
+                b.start_shoe(seed=6, pace=0.1)
+                b.start()
+                await wait_for(lambda: b.logged("table_id_conflict"), 20, "B yields to A")
+                yield LostStatus(collector, a, b, a_status, other, time.time())
+    finally:
+        task.cancel()
+
+
 def test_a_daemon_that_took_an_empty_root_while_the_first_was_away_yields_it(
         tmp_path: pathlib.Path, broker: PrivateMosquitto) -> None:
     """A broker that lost its retained messages (no persistence, a crash before its
@@ -495,25 +532,10 @@ def test_a_daemon_that_took_an_empty_root_while_the_first_was_away_yields_it(
     13). A connected daemon now watches `{root}/status`: the one online first keeps the
     root and republishes its status, the later one yields (table_id_conflict), and its
     events stop reaching the root. Client ids apart, as two table PCs may have."""
-    (tmp_path / "a").mkdir()
-    (tmp_path / "b").mkdir()
-
     async def main() -> None:
-        collector, task = await _collector(broker)
-        with daemon(tmp_path / "a", broker.url, mqtt={"client_id": "pc-a"}) as a, \
-                daemon(tmp_path / "b", broker.url, mqtt={"client_id": "pc-b"}) as b:
-            a.start_shoe(seed=5, pace=0.1)
-            a.start()
-            await wait_for(lambda: collector.retained.get("status", {}).get("run_id"), 20,
-                           "A's status")
-            run_a = collector.retained["status"]["run_id"]
-            instance_a = collector.retained["status"]["instance"]
-            async with aiomqtt.Client("127.0.0.1", broker.port) as wiper:
-                await wiper.publish("shoed/T9/status", b"", qos=1, retain=True)  # lost
-            b.start_shoe(seed=6, pace=0.1)
-            b.start()
-            await wait_for(lambda: b.logged("table_id_conflict"), 20, "B yields to A")
-            yielded_at = time.time()
+        async with b_yielded_to_a(tmp_path, broker) as ep:
+            collector, a, b = ep.collector, ep.a, ep.b
+            run_a, instance_a = ep.a_status["run_id"], ep.a_status["instance"]
             conflict = b.logged("table_id_conflict")[0]
             assert conflict["other_run_id"] == run_a
             assert a.logged("root_claimed_by_a_later_daemon")
@@ -521,13 +543,12 @@ def test_a_daemon_that_took_an_empty_root_while_the_first_was_away_yields_it(
             assert collector.retained["status"]["run_id"] == run_a
             assert collector.retained["status"]["online"] is True
             late = [e for e in collector.raw_events if e["instance"] != instance_a
-                    and iso_ts(e) > yielded_at + 0.5]
+                    and iso_ts(e) > ep.yielded_at + 0.5]
             assert late == []  # nothing of B's under the root once it yielded
             assert len(a.logged("mqtt_connected")) == 1  # A was never put off
             await asyncio.sleep(CONFLICT_BACKOFF_S + 1.5)
             assert len(b.logged("mqtt_connected")) == 1  # B's next look saw A: it stays off
             assert a.stop() == 0 and b.stop() == 0
-        task.cancel()
 
     asyncio.run(main())
 
@@ -541,26 +562,12 @@ def test_a_daemon_that_yielded_takes_the_root_once_the_first_has_gone(
     is QoS 0 now, and a claim it sees is checked against the root's current status before
     it yields: the first daemon's statuses sent while the second waited (three here) do
     not keep it off the root once the first has said offline."""
-    (tmp_path / "a").mkdir()
-    (tmp_path / "b").mkdir()
-
     async def main() -> None:
-        collector, task = await _collector(broker)
-        with daemon(tmp_path / "a", broker.url, mqtt={"client_id": "pc-a"}) as a, \
-                daemon(tmp_path / "b", broker.url, mqtt={"client_id": "pc-b"}) as b:
-            a.start_shoe(seed=5, pace=0.1)
-            a.start()
-            await wait_for(lambda: collector.retained.get("status", {}).get("run_id"), 20,
-                           "A's status")
-            a_status = dict(collector.retained["status"])
-            async with aiomqtt.Client("127.0.0.1", broker.port) as other:
-                await other.publish("shoed/T9/status", b"", qos=1, retain=True)  # lost
-                b.start_shoe(seed=6, pace=0.1)
-                b.start()
-                await wait_for(lambda: b.logged("table_id_conflict"), 20, "B yields to A")
-                for n in range(3):  # A's statuses while B backs off
-                    await other.publish("shoed/T9/status", json.dumps(
-                        {**a_status, "ts": a_status["ts"] + n + 1}), qos=1)
+        async with b_yielded_to_a(tmp_path, broker) as ep:
+            collector, a, b, a_status = ep.collector, ep.a, ep.b, ep.a_status
+            for n in range(3):  # A's statuses while B backs off
+                await ep.other.publish("shoed/T9/status", json.dumps(
+                    {**a_status, "ts": a_status["ts"] + n + 1}), qos=1)
             assert a.stop() == 0  # A says offline
             await wait_for(lambda: len(b.logged("mqtt_connected")) >= 2,
                            CONFLICT_BACKOFF_S + 15, "B on the root after A")
@@ -569,7 +576,6 @@ def test_a_daemon_that_yielded_takes_the_root_once_the_first_has_gone(
             assert collector.retained["status"]["run_id"] != a_status["run_id"]
             assert collector.retained["status"]["online"] is True
             assert b.stop() == 0
-        task.cancel()
 
     asyncio.run(main())
 
