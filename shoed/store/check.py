@@ -30,7 +30,7 @@ import sqlite3
 import struct
 from dataclasses import dataclass
 
-from .records import NEWEST_INPUT_SQL, RECORDS_NAME, RecordLogError, not_in_database
+from .records import NEWEST_INPUT_SQL, RECORDS_NAME, Entry, RecordLogError, not_in_database
 from .records import inspect as inspect_records
 
 DB_NAME = "journal.sqlite3"
@@ -219,6 +219,18 @@ def move_aside(directory: pathlib.Path) -> pathlib.Path | None:
     return target
 
 
+def _newest_input(conn: sqlite3.Connection) -> int:
+    """The newest input id the journal's database has held (records.NEWEST_INPUT_SQL)."""
+    return max(int(v or 0) for v in conn.execute(NEWEST_INPUT_SQL).fetchone())
+
+
+def _records_waiting(directory: pathlib.Path, instance: str | None, newest: int
+                     ) -> list[Entry]:
+    """The entries of the record log in `directory` (read only) that a database whose
+    newest input id is `newest` lacks; RecordLogError when it is not `instance`'s."""
+    return not_in_database(inspect_records(directory / RECORDS_NAME, instance), newest)
+
+
 def journal_end(directory: pathlib.Path) -> dict[str, object]:
     """The instance of the journal in `directory`, its last event's seq and whether more
     may have followed, as far as its files can be read (None where they cannot: a damaged
@@ -242,7 +254,7 @@ def journal_end(directory: pathlib.Path) -> dict[str, object]:
                 instance = str(row[0]) if row else instance
                 last = int(conn.execute("SELECT COALESCE(MAX(seq), 0) FROM events"
                                         ).fetchone()[0])
-                newest = max(int(v or 0) for v in conn.execute(NEWEST_INPUT_SQL).fetchone())
+                newest = _newest_input(conn)
             finally:
                 conn.close()
         except (sqlite3.Error, ValueError, TypeError):
@@ -250,8 +262,7 @@ def journal_end(directory: pathlib.Path) -> dict[str, object]:
     more = True  # nothing can be said after an unknown last seq, nor of a foreign log
     if last is not None and newest is not None:
         try:
-            more = any(entry.inputs for entry in not_in_database(
-                inspect_records(directory / RECORDS_NAME, instance), newest))
+            more = any(entry.inputs for entry in _records_waiting(directory, instance, newest))
         except RecordLogError:
             more = True
     return {"instance": instance, "last_seq": last, "more_possible": more}
@@ -292,7 +303,7 @@ def check_journal(path: pathlib.Path) -> tuple[bool, list[str]]:
             low, high = conn.execute("SELECT MIN(seq), MAX(seq) FROM events").fetchone()
             unpublished = conn.execute("SELECT COUNT(*) FROM events WHERE published = 0"
                                        ).fetchone()[0]
-            newest = max(int(v or 0) for v in conn.execute(NEWEST_INPUT_SQL).fetchone())
+            newest = _newest_input(conn)
         finally:
             conn.close()
     except sqlite3.Error as error:
@@ -301,8 +312,7 @@ def check_journal(path: pathlib.Path) -> tuple[bool, list[str]]:
         return False, [f"{db}: {rows}"]
     meta = found.meta
     try:
-        waiting = not_in_database(
-            inspect_records(db.parent / RECORDS_NAME, meta.get("instance_id", "")), newest)
+        waiting = _records_waiting(db.parent, meta.get("instance_id", ""), newest)
     except RecordLogError as error:
         return False, [str(error)]
     running = _holder(db.parent)
