@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
+import aiomqtt
 import pytest
 from rig import Collector, make_settings, wait_for
 from test_daemon_e2e import check_shoe
@@ -315,6 +316,36 @@ def test_mqtt_service_publishes_the_outbox_in_order_and_answers_commands(
                 await deal(0, 0.1)
             assert status["device_connected"] is True and status["mqtt_connected"] is True
             assert status["run_id"] == daemon.status.run_id
+        listening.cancel()
+    asyncio.run(main())
+
+
+@pytest.mark.broker
+def test_a_status_on_the_root_nobody_can_read_is_nobodys_claim(
+        tmp_path: pathlib.Path, broker: PrivateMosquitto) -> None:
+    """The root's watch (decisions.md 215) reads whatever comes on `{root}/status`, where
+    anyone the ACL lets write may publish: not JSON, not an object, an online status whose
+    times are no numbers. None ends the connection or takes the root; the daemon answers
+    commands and stays connected on its first connection."""
+    async def main() -> None:
+        async with table(tmp_path, "whole", url=broker.url, with_mqtt=True) as (
+                daemon, _shoe, deal):
+            await wait_for(lambda: daemon.status.mqtt_connected, 10, "connected")
+            async with aiomqtt.Client("127.0.0.1", broker.port) as other:
+                for body in (b"not json", b"[1, 2]", b"\xff\xfe", json.dumps(
+                        {"online": True, "run_id": "other", "ts": "x",
+                         "online_since": "y"}).encode()):
+                    await other.publish("shoed/T9/status", body, qos=1)
+            await deal(0, 0.5)
+            # the test's own reader comes after the garbage (it would read it too)
+            collector = Collector(broker.port, "shoed/T9")
+            listening = asyncio.create_task(collector.run())
+            await wait_for(collector.connected.is_set, 10, "collector")
+            answer = await collector.send({"request_id": "w1", "command": "whoami",
+                                           "operator": "x"})
+            assert answer["ok"]
+            assert daemon.status.mqtt_connected and daemon.mqtt.connects == 1
+            assert not daemon.status.conflict
         listening.cancel()
     asyncio.run(main())
 
