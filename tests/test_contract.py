@@ -76,6 +76,10 @@ def test_events_are_open_strictly_typed_and_tight_where_it_matters(
             ({**good, "type": "no_such_event"}, "unknown type"),
             ({**good, "winner": "dealer"}, "winner out of its enum"),
             ({**good, "seq": 0}, "seq from 1"),
+            ({**good, "instance": ""}, "an empty instance"),
+            ({**good, "hand_no": None}, "a result of no hand"),
+            ({**good, "hand_no": 0}, "hands count from 1"),
+            ({k: v for k, v in good.items() if k != "hand_no"}, "a result without its hand"),
             ({**good, "payouts": {}}, "payouts without the main bets"),
             ({**good, "payouts": {**good["payouts"], "dragon7": "40"}}, "a pay not a number"),
     ]:

@@ -91,11 +91,17 @@ def _event_def(schema: dict[str, Any]) -> None:
         "description": "the journal's identity; with seq, the key of an event"})
     props["seq"]["minimum"] = 1
     props["event_id"]["minLength"] = 1
+    props["instance"]["minLength"] = 1
     required = list(schema.get("required", []))
     for name in ("schema_version", "type", "event_id", "seq", "ts", "table_id"):
         if name not in required:
             required.append(name)
     schema["required"] = required
+    if schema.get("title") == "HandResultEvent":
+        # a result is always of a numbered hand (dealing-rules.md: from 1 per shoe)
+        props["hand_no"] = {"type": "integer", "minimum": 1, "title": "Hand No"}
+        if "hand_no" not in required:
+            required.append("hand_no")
     if schema.get("title") == "Alarm":
         props["code"].update(pattern=CODE_PATTERN, examples=list(models.KNOWN_ALARM_CODES))
 
