@@ -465,7 +465,8 @@ def test_inputs_replayed_by_another_engine_to_another_seq_are_refused_as_such_no
     from shoed import logs
     from shoed.daemon import Daemon
     from shoed.status import TableStatus
-    from shoed.store.recorder import ENGINE_META, Recorder
+    from shoed.store.recorder import Recorder
+    from shoed.store.restore import ENGINE_META
     from shoed.store.statedir import StorageError
 
     state = tmp_path / "state"

@@ -8,9 +8,9 @@ Three kinds of writes, by what they protect:
   before the answer (:meth:`Recorder.commit`);
 * the effect (fsynced after the publish): the events a recorded device input produced,
   publish marks and snapshots (:meth:`Recorder.write_effects`). All of it can be derived
-  again from the record: :meth:`Recorder.open` replays recorded inputs and inserts the
-  events that are missing (same seq, same event_id). So the effect is written after the
-  events have been handed to the broker, off the card-to-event path;
+  again from the record: :meth:`Recorder.open` (shoed/store/restore.py) replays recorded
+  inputs and inserts the events that are missing (same seq, same event_id). So the effect
+  is written after the events have been handed to the broker, off the card-to-event path;
 * a command's transaction also carries any effect still unwritten.
 
 When the journal cannot be written, nothing is ACKed or answered, the engine is rolled
@@ -21,28 +21,24 @@ first tries to journal the `storage_failed` alarm's raise and clear (:meth:`retr
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
-import pathlib
 import time
 from collections.abc import Callable
-from contextlib import suppress
 from typing import Any
 
-import shoed.core.engine as engine_module
 from firmware_protocol import DedupState
 from shoed.aio import in_background_thread
 from shoed.config import Settings
 from shoed.core.config import EngineConfig
 from shoed.core.engine import Engine, Output
 from shoed.core.events import event_json
-from shoed.core.inputs import INPUT_ADAPTER, Input, JournalCorrupt, StorageStatus
+from shoed.core.inputs import Input, JournalCorrupt, StorageStatus
 from shoed.device.inputs import stamp
 from shoed.status import TableStatus
-from shoed.store.check import record_damage
 from shoed.store.journal import Journal
 from shoed.store.outbox import Outbox
-from shoed.store.statedir import JournalDamaged, StorageError
+from shoed.store.restore import restore
+from shoed.store.statedir import StorageError
 
 EFFECT_WRITE_DELAY_S = 0.2  # the longest an effect waits in memory when the broker is away
 # After a PUBACK the effect is written at once when the last effect write is at least
@@ -61,20 +57,6 @@ PRUNE_EVERY_S = 3600.0
 PRUNE_BATCH = 100
 PRUNE_BATCHES = 120
 PRUNE_PAUSE_S = 0.01
-
-#: The journal's meta key of the engine that dealt its newest inputs (engine_fingerprint).
-ENGINE_META = "engine"
-
-
-def engine_fingerprint(config: EngineConfig) -> str:
-    """Which engine deals: a hash of the core's source and the engine's config. Inputs
-    replayed by another (an upgrade, a changed [rules]) may give other events."""
-    digest = hashlib.sha256()
-    for path in sorted(pathlib.Path(engine_module.__file__).parent.glob("*.py")):
-        digest.update(path.read_bytes())
-    digest.update(repr(config).encode())
-    return digest.hexdigest()[:12]
-
 
 # Called after a device frame's record is durable and before its ACK. Empty in the
 # product; the kill tests' harness installs a crash here.
@@ -121,67 +103,14 @@ class Recorder:
     @classmethod
     def open(cls, settings: Settings, config: EngineConfig, status: TableStatus,
              log: Any) -> Recorder:
-        """Open the journal and rebuild the engine from its latest snapshot and the
-        inputs recorded after it (their missing events are written back)."""
-        journal = Journal(settings.state.dir, new_journal=settings.state.new_journal)
-        if journal.moved_aside is not None:
-            log.warning("journal_moved_aside", damage=journal.damage,
-                        moved_to=str(journal.moved_aside), instance=journal.instance_id)
-        snapshot = journal.latest_snapshot()
-        if snapshot is None:
-            engine, after = Engine(config, instance_id=journal.instance_id), 0
-        else:
-            after, state = snapshot
-            engine = Engine.restore(config, state)
-        replayed = 0
-        recovered = journal.event_range()[1]
-        dealt_by, engine_now = journal.meta(ENGINE_META), engine_fingerprint(config)
-        with journal.transaction():
-            for _, body in journal.inputs_after(after):
-                for event in engine.handle(INPUT_ADAPTER.validate_json(body)).events:
-                    journal.add_event(event.seq, event.event_id, event.type,
-                                      event_json(event))
-                replayed += 1
-            journal.set_meta(ENGINE_META, engine_now)
-        last_event = journal.event_range()[1]
-        other_engine = dealt_by is not None and dealt_by != engine_now and replayed > 0
-        if other_engine:
-            log.warning("journal_replayed_by_another_engine", replayed_inputs=replayed,
-                        dealt_by=dealt_by, engine=engine_now)
-        if last_event and engine.seq != last_event:
-            # A snapshot is written with every event before it, and the inputs after it
-            # give back the events they made: events are missing (rows deleted or lost),
-            # or another engine dealt those inputs (an upgrade after a crash, a changed
-            # [rules]). Going on would leave a hole, or two events on one seq (outside
-            # review).
-            log.error("journal_replay_mismatch", engine_seq=engine.seq, journal_seq=last_event,
-                      other_engine=other_engine)
-            problem = (f"its newest {replayed} input(s) were dealt by another shoed version "
-                       f"or [rules] config (engine {dealt_by}, this one {engine_now}); "
-                       f"replayed here they lead to seq {engine.seq}, where its events end "
-                       f"at seq {last_event}") if other_engine else (
-                f"events missing: the journal's inputs lead to seq {engine.seq}, its "
-                f"events end at seq {last_event}")
-            if settings.state.new_journal:  # the operator's --new-journal: moved aside
-                moved = journal.set_aside(problem)
-                log.warning("journal_moved_aside", damage=[problem], moved_to=str(moved))
-                return cls.open(settings, config, status, log)
-            if other_engine:  # not damage: the engine that dealt them can stop it cleanly
-                journal.close(clean=False)
-                raise StorageError(
-                    f"journal {journal.path}: {problem}. Start the shoed and config that "
-                    f"dealt them until it stops cleanly (its stop writes a snapshot of every "
-                    f"input), then this one; or `shoed run --new-journal` sets the journal "
-                    f"aside")
-            with suppress(OSError):
-                record_damage(journal.directory, problem)
-            journal.close(clean=False)
-            raise JournalDamaged(journal.path, [problem])
+        """Open the journal and rebuild the engine from it (shoed/store/restore.py)."""
+        restored = restore(settings, config, log)
+        journal, engine = restored.journal, restored.engine
         recorder = cls(journal, engine, status, settings.state.snapshot_every, log)
         dedup = recorder.dedup()
-        log.info("journal_restored", path=str(journal.path), snapshot_input=after,
-                 replayed_inputs=replayed, records_recovered=journal.recovered_records,
-                 events_recovered=last_event - recovered,
+        log.info("journal_restored", path=str(journal.path), snapshot_input=restored.after,
+                 replayed_inputs=restored.replayed, records_recovered=journal.recovered_records,
+                 events_recovered=restored.events_recovered,
                  seq=engine.seq, outbox=journal.outbox_depth(), dedup_boot_id=dedup.boot_id,
                  dedup_last_seq=dedup.last_seq, shoe_state=engine.public_state()["shoe_state"])
         return recorder
