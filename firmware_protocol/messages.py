@@ -477,5 +477,7 @@ def encode_payload(message: Message) -> bytes:
     """The payload bytes of a message; raises :class:`EncodeError` if a field does not fit."""
     try:
         return message.encode_payload()
-    except struct.error as error:
+    except (struct.error, ValueError, OverflowError) as error:
+        # struct's ranges, bytes([n]) of a u8 out of range, a non-ASCII HELLO string
+        # (UnicodeEncodeError is a ValueError): all a field that does not fit
         raise EncodeError(f"{type(message).__name__}: {error}") from error

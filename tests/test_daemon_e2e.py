@@ -172,6 +172,42 @@ def test_a_shoe_with_another_serial_number_is_refused(tmp_path: pathlib.Path,
     asyncio.run(main())
 
 
+def test_the_right_shoe_plugged_back_after_a_wrong_one_is_served_again(
+        tmp_path: pathlib.Path, broker: PrivateMosquitto) -> None:
+    """The configured shoe's adapter pulled (the shoe powered, its frames kept), another
+    shoe on the line (refused), then the configured one back: its frame in flight comes
+    before its HELLO (stop-and-wait), and is taken, so the shoe is served again and every
+    card it dealt is published. Before, the refusal outlived the line: the frame was
+    refused, the HELLO never came, and nothing was ACKed until a restart."""
+    from shoed.sim.shoe import PtyShoe, SimulatedShoe
+
+    async def main() -> None:
+        async with rig(tmp_path, broker, decks=2, seed=21, script=Script(pace_s=0.05),
+                       device={"serial_no": "SIM-0001"}) as r:
+            assert r.pty is not None
+            await wait_for(lambda: len(r.collector.of("card")) >= 8, 30, "cards dealt")
+            r.pty.unplug()
+            loop = asyncio.get_running_loop()
+            other = PtyShoe(SimulatedShoe(decks=1, seed=3, serial_no="SN-OTHER",
+                                          script=Script(pace_s=0.05), now=loop.time()),
+                            link_path=tmp_path / "shoe")
+            other.plug()
+            running = asyncio.create_task(other.run())
+            try:
+                await wait_for(lambda: any(a["code"] == "protocol_mismatch"
+                                           for a in r.collector.of("alarm")), 20,
+                               "the other shoe refused")
+            finally:
+                other.unplug()
+                running.cancel()
+            assert r.shoe.link.pending_count > 0  # the shoe dealt on while away
+            r.pty.plug()
+            await wait_for(lambda: r.collector.of("shoe_ended"), 120, "the shoe to end")
+            await wait_for(lambda: r.shoe.link.pending_count == 0, 10, "every frame ACKed")
+            check_shoe(r.collector.events, r.shoe.dealt)
+    asyncio.run(main())
+
+
 def test_mqtt_3_1_1(tmp_path: pathlib.Path, broker: PrivateMosquitto) -> None:
     async def main() -> None:
         async with rig(tmp_path, broker, decks=1, seed=12, script=Script(pace_s=0.0, shoes=1),

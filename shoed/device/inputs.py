@@ -6,6 +6,7 @@ import time
 from typing import Any
 
 from firmware_protocol import Card, CardUnread, CutCard, Fault, Hello, Malformed, ShoeLoaded
+from firmware_protocol.framing import PROTOCOL_VERSION
 from firmware_protocol.messages import OpticalCode, RfidCode, UnidentifiedCode, pull_problem
 from shoed.core.inputs import DeviceFault, DeviceHello, DeviceItem, DeviceShoeLoaded, Input, Notice
 from shoed.store.uptime import Uptime
@@ -67,9 +68,18 @@ def message_to_inputs(message: Any, stamped: dict[str, Any], manifest: dict[str,
     """Translate one decoded device message into engine inputs (maybe none); `stamped`
     is :func:`stamp`'s result for the frame."""
     if isinstance(message, Hello):
-        return [DeviceHello(**stamped, boot_id=message.boot_id,
-                            capabilities=message.capabilities,
-                            fw_version=message.fw_version, serial_no=message.serial_no)]
+        hello: list[Input] = [DeviceHello(**stamped, boot_id=message.boot_id,
+                                          capabilities=message.capabilities,
+                                          fw_version=message.fw_version,
+                                          serial_no=message.serial_no)]
+        if message.proto_version != PROTOCOL_VERSION:
+            # Its frames passed the header's version check, so they are read as this
+            # version's; the shoe claiming another is said, not ignored (decisions.md 222).
+            hello.append(Notice(**stamped, code="protocol_mismatch", message=(
+                f"the shoe's HELLO says protocol version {message.proto_version}, this host "
+                f"speaks {PROTOCOL_VERSION}: its frames are read as version "
+                f"{PROTOCOL_VERSION}")))
+        return hello
     if isinstance(message, ShoeLoaded):
         return [DeviceShoeLoaded(**stamped)]
     if isinstance(message, Fault):

@@ -312,6 +312,10 @@ class DeviceSession:
             if self._opened:
                 self.link.reopen(time.monotonic())
             self._opened = True
+            if self._wrong_device:  # a new line: its HELLO waits behind its frame in
+                # flight, so frames before it are the configured shoe's (decisions.md 222)
+                self.log.info("device_reopened_after_wrong_device")
+                self._wrong_device = False
             self.link.send(GetInfo(), time.monotonic())
             self._flush()
             self.arm_timer()  # its retransmission is due in 250 ms, not at the next second
