@@ -130,6 +130,26 @@ def test_new_commands_parse() -> None:
                                 "command": "ack_alarm"})).command == "ack_alarm"
 
 
+@pytest.mark.parametrize("field, body", [
+    ("operator", {"command": "end_shoe", "operator": "sup\u0000ervisor"}),
+    ("request_id", {"command": "end_shoe", "request_id": "r\u001b[2J"}),
+    ("reason", {"command": "void_shoe", "reason": "bad\u0085shoe"}),
+    ("detail", {"command": "report_misorder", "hand_no": 1, "detail": "\u007f"}),
+    ("alarm_id", {"command": "ack_alarm", "alarm_id": "A\u0000"}),
+])
+def test_control_characters_in_a_text_field_are_refused_naming_it(
+        field: str, body: dict[str, object]) -> None:
+    """A NUL in an operator's name was journalled and published, and stopped a PostgreSQL
+    sink for good (jsonb refuses U+0000): refused with the field and the character named
+    (decisions.md 223). Tab and line breaks stay allowed in free text."""
+    refusal = rejected(json.dumps({"request_id": "r", "operator": "o", **body}))
+    assert refusal.code == "invalid_command"
+    assert field in refusal.message and "control character U+" in refusal.message
+    fine = parse_command(json.dumps({"request_id": "r", "operator": "o",
+                                     "command": "void_shoe", "reason": "line 1\n\tline 2"}))
+    assert not isinstance(fine, CommandRejection)
+
+
 def test_roles_follow_the_spec() -> None:
     assert ROLE_COMMANDS["supervisor"] == COMMAND_NAMES
     assert ROLE_COMMANDS["game_server"] == {"close_betting", "recall", "roads", "whoami"}

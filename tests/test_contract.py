@@ -128,6 +128,10 @@ def test_commands_are_strict_and_cover_the_spec(document: dict[str, Any]) -> Non
           "reason": "misdeal"}
     commands.validate(ok)
     assert not commands.is_valid({**ok, "hand_number": 3})  # a typo is caught
+    # text without control characters, as the daemon takes it (decisions.md 223)
+    assert not commands.is_valid({**ok, "operator": "sup\u0000"})
+    assert not commands.is_valid({**ok, "reason": "mis\u0085deal"})
+    commands.validate({**ok, "reason": "misdeal,\n\tsee the log"})
     # every command of the spec with no fields of its own is valid as sent (`roads` once
     # had the board's schema: its model's name was taken by the board's)
     for bare in ("roads", "whoami", "recall"):

@@ -106,9 +106,16 @@ def _event_def(schema: dict[str, Any]) -> None:
         props["code"].update(pattern=CODE_PATTERN, examples=list(models.KNOWN_ALARM_CODES))
 
 
+#: A command's text: no control characters but tab and line breaks (decisions.md 223).
+TEXT_PATTERN = "^[^\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f\\u007f-\\u009f]*$"
+
+
 def _command_def(schema: dict[str, Any]) -> None:
     schema["additionalProperties"] = False
     props = schema["properties"]
+    for prop in props.values():
+        if prop.get("type") == "string" and not {"pattern", "enum", "const"} & set(prop):
+            prop["pattern"] = TEXT_PATTERN
     if "command" in props and "command" not in schema.get("required", []):
         schema.setdefault("required", []).append("command")
 
@@ -230,8 +237,10 @@ def definitions() -> dict[str, Any]:
             "title": _fallback_name(command), "type": "object", "additionalProperties": False,
             "required": ["request_id", "command", "operator", *fields],
             "properties": {
-                "request_id": {"type": "string", "minLength": 1, "maxLength": 200},
-                "operator": {"type": "string", "minLength": 1, "maxLength": 200},
+                "request_id": {"type": "string", "minLength": 1, "maxLength": 200,
+                               "pattern": TEXT_PATTERN},
+                "operator": {"type": "string", "minLength": 1, "maxLength": 200,
+                             "pattern": TEXT_PATTERN},
                 "command": {"const": command, "type": "string"}, **fields}}
 
     state = core_events.StateSnapshot.model_json_schema(ref_template=DEFS_REF + "{model}")

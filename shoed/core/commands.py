@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -50,12 +51,29 @@ class ParseLimits:
 
 DEFAULT_LIMITS = ParseLimits()
 
+#: C0 controls but tab, line feed and carriage return; DEL; C1 controls. A NUL in an
+#: operator's name reached the journal and stopped a PostgreSQL sink (jsonb refuses it),
+#: and none of them belongs in a name, a reason or an id (decisions.md 223).
+CONTROL_CHARACTERS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
+def _no_control_characters(value: str) -> str:
+    found = CONTROL_CHARACTERS.search(value)
+    if found is not None:
+        raise ValueError(f"control character U+{ord(found.group()):04X} at position "
+                         f"{found.start()} is not allowed")
+    return value
+
+
+#: A command's text field: a JSON string without control characters.
+Text = Annotated[StrictStr, AfterValidator(_no_control_characters)]
+
 
 class CommandBase(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore", defer_build=True)
 
-    request_id: StrictStr = Field(min_length=1, max_length=200)
-    operator: StrictStr = Field(min_length=1, max_length=200)
+    request_id: Text = Field(min_length=1, max_length=200)
+    operator: Text = Field(min_length=1, max_length=200)
 
 
 class NewShoe(CommandBase):
@@ -71,7 +89,7 @@ class CloseBetting(CommandBase):
 class ManualCard(CommandBase):
     command: Literal["manual_card"]
     card_index: StrictInt
-    card: StrictStr = Field(max_length=20)
+    card: Text = Field(max_length=20)
 
 
 class Resume(CommandBase):
@@ -81,12 +99,12 @@ class Resume(CommandBase):
 class VoidHand(CommandBase):
     command: Literal["void_hand"]
     hand_no: StrictInt
-    reason: StrictStr = Field(max_length=500)
+    reason: Text = Field(max_length=500)
 
 
 class VoidShoe(CommandBase):
     command: Literal["void_shoe"]
-    reason: StrictStr = Field(max_length=500)
+    reason: Text = Field(max_length=500)
 
 
 class EndShoe(CommandBase):
@@ -106,7 +124,7 @@ class CutCardCommand(CommandBase):
 class ReportMisorder(CommandBase):
     command: Literal["report_misorder"]
     hand_no: StrictInt
-    detail: StrictStr = Field(max_length=500)
+    detail: Text = Field(max_length=500)
 
 
 class Recall(CommandBase):
@@ -130,7 +148,7 @@ class AckAlarm(CommandBase):
     """Acknowledge a held alarm that no rule resolves by itself (integrity.md section 2)."""
 
     command: Literal["ack_alarm"]
-    alarm_id: StrictStr = Field(min_length=1, max_length=200)
+    alarm_id: Text = Field(min_length=1, max_length=200)
 
 
 class Whoami(CommandBase):
