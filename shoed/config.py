@@ -679,9 +679,13 @@ def refuse_if_others_can(path: pathlib.Path, *, what: str, write: bool = False,
 def load_manifest(path: pathlib.Path) -> dict[str, str]:
     """The RFID deck manifest: CSV `uid,card`; a UID listed twice makes it invalid."""
     try:
-        text = path.read_text()
+        data = path.read_bytes()
+        text = data.decode()
     except OSError as error:
         raise ConfigError(f"cards.manifest: cannot read {path}: {error.strerror}") from error
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"cards.manifest {path} line {data[:error.start].count(10) + 1}: "
+                          f"not UTF-8 text (byte {data[error.start]:#04x})") from None
     rows = list(csv.reader(text.splitlines()))
     if not rows or [c.strip().lower() for c in rows[0]] != ["uid", "card"]:
         raise ConfigError(f"cards.manifest {path}: expected the header 'uid,card', "
@@ -694,11 +698,9 @@ def load_manifest(path: pathlib.Path) -> dict[str, str]:
             raise ConfigError(f"cards.manifest {path} line {line_no}: expected 2 columns, "
                               f"got {len(row)}")
         uid = row[0].strip().upper()
-        try:
-            bytes.fromhex(uid)
-        except ValueError as error:
-            raise ConfigError(f"cards.manifest {path} line {line_no}: UID must be hex, "
-                              f"got {row[0]!r}") from error
+        if not re.fullmatch(r"([0-9A-F]{2})+", uid):  # as the shoe's UID is looked up
+            raise ConfigError(f"cards.manifest {path} line {line_no}: UID must be hex digits "
+                              f"in pairs, no spaces nor 0x (04A1B2C3), got {row[0]!r}")
         if not 4 <= len(uid) // 2 <= 10:
             raise ConfigError(f"cards.manifest {path} line {line_no}: UID must be 4..10 bytes, "
                               f"got {len(uid) // 2}")

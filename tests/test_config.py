@@ -182,6 +182,25 @@ def test_manifest(tmp_path: pathlib.Path) -> None:
         load_manifest(path)
 
 
+@pytest.mark.parametrize(("content", "said"), [
+    # Not UTF-8 (Latin-1's é): one line naming the file's line, not a UnicodeDecodeError.
+    (b"uid,card\n04A1B2C3,AS\n04A1B2C4,A\xe9S\n", r"line 3: not UTF-8 text \(byte 0xe9\)"),
+    # bytes.fromhex takes spaces, but the shoe's UID is looked up without any: refused.
+    (b"uid,card\n04 A1 B2 C3,AS\n", r"line 2: UID must be hex digits in pairs, no spaces"),
+    (b"uid,card\n0x04A1B2C3,AS\n", r"line 2: UID must be hex digits"),
+])
+def test_a_manifest_the_shoe_could_not_use_is_named_by_its_line(
+        tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], content: bytes,
+        said: str) -> None:
+    deck = tmp_path / "deck.csv"
+    deck.write_bytes(content)
+    with pytest.raises(ConfigError, match=said):
+        load_manifest(deck)
+    assert main(["check-config", str(write(tmp_path, f'[cards]\nmanifest = "{deck}"\n'))]) == 2
+    err = capsys.readouterr().err
+    assert f"cards.manifest {deck} line" in err and "Traceback" not in err
+
+
 def test_world_writable_state_dir_is_refused(tmp_path: pathlib.Path) -> None:
     state = tmp_path / "state"
     prepare_state_dir(state)
