@@ -22,6 +22,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
 )
 from pydantic_settings import (
@@ -42,6 +43,9 @@ from .mqtt.brokers import BrokerUrl, parse_broker_url, split_urls
 
 class ConfigError(ShoedError):
     """A configuration that cannot be used; the message names the key and the value."""
+
+
+MQTT_STRING_MAX = 65535  # bytes of UTF-8: an MQTT string's (and password's) 2-byte length
 
 
 class Section(BaseModel):
@@ -82,7 +86,7 @@ class MqttSection(Section):
     ca_file: pathlib.Path | None = None
     cert_file: pathlib.Path | None = None
     key_file: pathlib.Path | None = None
-    client_id: str | None = None
+    client_id: str | None = None  # at most 65,000 bytes: room for `-replay-<8 hex>`
     protocol: Literal["5", "3.1.1"] = "5"
     keepalive: int = Field(default=30, ge=5, le=600)
     publish_timeout_s: float = Field(default=10.0, gt=0, le=120)
@@ -95,6 +99,16 @@ class MqttSection(Section):
         problem = topic_prefix_problem(value)
         if problem:
             raise ValueError(problem)
+        return value
+
+    @field_validator("username", "client_id")
+    @classmethod
+    def _mqtt_string(cls, value: str | None, info: ValidationInfo) -> str | None:
+        # The side connections' client ids add `-replay-<8 hex>` or `-probe-<8 hex>`.
+        most = MQTT_STRING_MAX if info.field_name == "username" else 65_000
+        if value is not None and len(value.encode()) > most:
+            raise ValueError(f"at most {most:,} bytes of UTF-8 (an MQTT string holds 65,535), "
+                             f"got {len(value.encode()):,}")
         return value
 
     @field_validator("url")
@@ -147,7 +161,10 @@ class MqttSection(Section):
         if self.username:
             args["username"] = self.username
         if self.password_file:
-            args["password"] = self.password_file.read_text().strip()
+            try:
+                args["password"] = mqtt_password(self.password_file)
+            except ConfigError as error:  # spoilt since the start: the connect retries
+                raise OSError(str(error)) from error
         if self.tls:
             context = ssl.create_default_context(
                 cafile=str(self.ca_file) if self.ca_file else None)
@@ -455,6 +472,8 @@ def describe_errors(error: ValidationError) -> str:
         key = ".".join(str(p) for p in item["loc"])
         shown = item.get("input")
         value = "" if isinstance(shown, dict) else f" (got {shown!r})"
+        if len(value) > 200:  # one line: a value of 65,001 bytes is not shown whole
+            value = f"{value[:80]}... ({len(str(shown)):,} characters))"
         lines.append(f"{key}: {item['msg']}{value}")
     return "; ".join(lines)
 
@@ -498,6 +517,7 @@ def load_settings(path: str | os.PathLike[str] | None, *, files: bool = True) ->
     if settings.mqtt.password_file is not None:
         refuse_if_others_can(settings.mqtt.password_file, write=True, read=True,
                              what="mqtt.password_file")
+        mqtt_password(settings.mqtt.password_file)
     check_tls_files(settings.mqtt)
     if settings.cards.manifest is not None:
         require_readable_file(settings.cards.manifest, "cards.manifest")
@@ -674,6 +694,22 @@ def refuse_if_others_can(path: pathlib.Path, *, what: str, write: bool = False,
     if read and mode & stat.S_IROTH:
         raise ConfigError(f"{what} {path} is world-readable (mode {stat.filemode(mode)}): "
                           f"refusing to start; chmod o-r it")
+
+
+def mqtt_password(path: pathlib.Path) -> str:
+    """The broker password in `path` (its text, stripped); ConfigError naming
+    mqtt.password_file if it cannot be read or MQTT cannot carry it."""
+    try:
+        password = path.read_bytes().decode().strip()
+    except OSError as error:
+        raise ConfigError(f"mqtt.password_file: cannot read {path}: "
+                          f"{error.strerror or error}") from error
+    except UnicodeDecodeError:
+        raise ConfigError(f"mqtt.password_file {path}: not UTF-8 text") from None
+    if (size := len(password.encode())) > MQTT_STRING_MAX:
+        raise ConfigError(f"mqtt.password_file {path}: {size:,} bytes, over MQTT's "
+                          f"{MQTT_STRING_MAX:,}")
+    return password
 
 
 def load_manifest(path: pathlib.Path) -> dict[str, str]:

@@ -260,6 +260,38 @@ def test_world_writable_config_and_readable_password_are_refused(tmp_path: pathl
     assert load_settings(path).mqtt.password_file == secret
 
 
+@pytest.mark.parametrize(("secret", "config", "said"), [
+    # Both passed check-config, then failed every connect (UnicodeDecodeError, struct.error).
+    (b"s\xe9cret\n", "", r"mqtt\.password_file \S+: not UTF-8 text"),
+    (b"x" * 65536, "", r"mqtt\.password_file \S+: 65,536 bytes, over MQTT's 65,535"),
+    (b"ok", 'client_id = "' + "x" * 65001 + '"\n', r"mqtt\.client_id: .*at most 65,000 bytes"),
+    (b"ok", 'username = "' + "\u00e9" * 32768 + '"\n', r"mqtt\.username: .*at most 65,535"),
+])
+def test_what_mqtt_cannot_carry_is_refused_before_the_start(
+        tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], secret: bytes, config: str,
+        said: str) -> None:
+    password = tmp_path / "pw"
+    password.write_bytes(secret)
+    password.chmod(0o600)
+    path = write(tmp_path, f'[mqtt]\npassword_file = "{password}"\n{config}')
+    assert main(["check-config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert re.search(said, err) and "Traceback" not in err and "cret" not in err, err[:300]
+    assert len(err) < 400  # one line: the long value is not shown whole
+
+
+def test_a_password_file_spoilt_after_the_start_is_an_error_the_connect_retries(
+        tmp_path: pathlib.Path) -> None:
+    password = tmp_path / "pw"
+    password.write_text("hunter2\n")
+    password.chmod(0o600)
+    mqtt = load_settings(write(tmp_path, f'[mqtt]\npassword_file = "{password}"\n')).mqtt
+    assert mqtt.client_auth()["password"] == "hunter2"
+    password.write_bytes(b"hunter\xe9")  # rotated by hand, in Latin-1
+    with pytest.raises(OSError, match=r"mqtt\.password_file \S+: not UTF-8"):
+        mqtt.client_auth()  # the connection loop's mqtt_unreachable: logged, retried
+
+
 def test_auth_roles_and_command_limits(tmp_path) -> None:
     from shoed.config import load_settings, write_config
 
