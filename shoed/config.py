@@ -499,13 +499,15 @@ def load_settings(path: str | os.PathLike[str] | None, *, files: bool = True) ->
         os.environ["_SHOED_CONFIG_FILE"] = str(file)
     else:
         os.environ.pop("_SHOED_CONFIG_FILE", None)
-    _refuse_one_underscore()
+    from .config_env import check_environment, env_not_json
+
+    check_environment(Settings)
     try:
         settings = Settings()
     except ValidationError as error:
         raise ConfigError(f"invalid configuration: {describe_errors(error)}") from error
     except SettingsError as error:
-        raise ConfigError(f"invalid configuration: {_env_not_json(error)}") from error
+        raise ConfigError(f"invalid configuration: {env_not_json(error)}") from error
     finally:
         os.environ.pop("_SHOED_CONFIG_FILE", None)
     if not files:
@@ -540,40 +542,6 @@ def check_device_port(device: DeviceSection) -> None:
     if problem is not None:
         raise ConfigError(f"device.port: {device.port!r} {problem}; expected "
                           f"{SERIAL_PORT_FORMS}")
-
-
-def _refuse_one_underscore() -> None:
-    """`SHOED_MQTT_URL` (one underscore) is not `SHOED_MQTT__URL`: pydantic-settings
-    ignores it silently, and the daemon would run with the file's value. A variable that
-    starts with a section's name and one underscore is refused, naming the right one."""
-    sections = {name.upper() for name in Settings.model_fields}
-    for name in os.environ:
-        upper = name.upper()
-        if not upper.startswith("SHOED_"):
-            continue
-        rest = upper[len("SHOED_"):]
-        for section in sections:
-            if rest.startswith(section + "_") and not rest.startswith(section + "__"):
-                meant = f"SHOED_{section}__{rest[len(section) + 1:]}"
-                raise ConfigError(f"environment variable {name}: not a setting (a section "
-                                  f"and its key are joined by two underscores: {meant})")
-
-
-def _env_not_json(error: SettingsError) -> str:
-    """pydantic-settings reads a list, a table or a whole section from the environment
-    as JSON only, and names just the section it could not parse: name the variables."""
-    found = re.search(r'field "([^"]+)"', str(error))
-    section = f"SHOED_{found.group(1).upper()}" if found else "SHOED_"
-    suspects = []
-    for name, value in sorted(os.environ.items()):
-        if name.upper() == section or name.upper().startswith(section + "__"):
-            try:
-                json.loads(value)
-            except ValueError:
-                suspects.append(f"{name}={value!r}")
-    named = f"{' or '.join(suspects)}: " if suspects else ""
-    return (f"{named}{error}; a list or a table given in the environment is written as "
-            f"JSON, e.g. SHOED_CONSOLE__TABLES='[\"T01\", \"T02\"]'")
 
 
 def check_tls_files(mqtt: MqttSection) -> None:

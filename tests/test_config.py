@@ -583,3 +583,42 @@ def test_a_variable_with_one_underscore_after_the_section_is_refused_not_ignored
     monkeypatch.delenv("SHOED_MQTT_URL")
     monkeypatch.setenv("SHOED_VENV", "/somewhere")  # the scripts' own: no section's name
     assert load_settings(write(tmp_path, "")).mqtt.url == "mqtt://127.0.0.1:1883"
+
+
+@pytest.mark.parametrize(("name", "said"), [
+    # A misspelt section was ignored silently: the daemon ran on the file's value.
+    ("SHOED_RULE__DECKS", r"'rule' is no section of the configuration \(sections: table, "),
+    ("SHOED_STATES__DIR", "'states' is no section"),
+    ("SHOED_MQQT__URL", "'mqqt' is no section"),
+    ("shoed_mqqt__url", "'mqqt' is no section"),  # read case-insensitively, as pydantic does
+    ("SHOED_TABLE__IDD", r"table\.idd is not a setting \(table has: id, betting_control\)"),
+    ("SHOED_RULES___DECKS", r"rules\._decks is not a setting"),
+    ("SHOED_RULES__SIDE_BETS__DRAGON8__WIN", r"rules\.side_bets\.dragon8 is not a setting"),
+    ("SHOED_RULES__DECKS__MIN", r"rules\.decks is a value, it has no keys"),
+    # pydantic-settings lower-cases the name: the broker user PitSup1 would be pitsup1.
+    ("SHOED_AUTH__ROLES__PitSup1", r"auth\.roles names 'PitSup1', which would be read as "
+                                   r"'pitsup1' .* as JSON, SHOED_AUTH__ROLES='\{\"PitSup1\""),
+])
+def test_a_variable_that_names_no_setting_is_refused_naming_it(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str], name: str, said: str) -> None:
+    monkeypatch.setenv(name, "6")
+    assert main(["check-config", str(write(tmp_path, ""))]) == 2
+    err = capsys.readouterr().err
+    assert re.search(f"environment variable {name}: {said}", err), err
+
+
+def test_the_variables_that_are_settings_or_the_scripts_own_are_read_or_left_alone(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in {"SHOED_TEST_ONCE": "0", "SHOED_FAULTS": "long", "SHOED_CI_TIMEOUT": "9",
+                        "SHOED_REQUIRE_BROWSER": "1", "SHOED_PYTHON": "python3",
+                        "SHOED_AUTH__ROLES__pit-boss": "supervisor",  # lower case: kept
+                        "SHOED_RULES__SIDE_BETS__LUCKY6__PRESET": "12/23",
+                        "SHOED_RULES": '{"decks": 6}'}.items():
+        monkeypatch.setenv(name, value)
+    settings = load_settings(write(tmp_path, ""))
+    assert settings.auth.roles == {"pit-boss": "supervisor"} and settings.rules.decks == 6
+    assert settings.rules.side_bets.lucky6 is not None
+    monkeypatch.setenv("SHOED_AUTH__ROLES", '{"PitSup1": "supervisor"}')  # JSON keeps the case
+    monkeypatch.delenv("SHOED_AUTH__ROLES__pit-boss")
+    assert load_settings(write(tmp_path, "")).auth.roles == {"PitSup1": "supervisor"}
