@@ -261,10 +261,16 @@ def table_id(text: str) -> str:
 
 
 def table_ids(text: str) -> str:
-    """A comma-separated list of table ids (each as :func:`table_id` takes it)."""
-    for item in text.split(","):
-        if item.strip():
-            table_id(item.strip())
+    """A comma-separated list of table ids (each as :func:`table_id` takes it), at least
+    one, none twice (an empty `$TABLES` must not mean every table)."""
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError(f"expected at least one table id, got {text!r}")
+    for item in items:
+        table_id(item)
+    if len(set(items)) < len(items):
+        twice = sorted({item for item in items if items.count(item) > 1})
+        raise argparse.ArgumentTypeError(f"a table id given twice: {', '.join(twice)}")
     return text
 
 
@@ -311,9 +317,10 @@ def build_parser() -> argparse.ArgumentParser:
     sink_ = sub.add_parser("sink", help="write tables' events into PostgreSQL, exactly once")
     add_feed_options(sink_)
     sink_.add_argument("--postgres", required=True, help="libpq URL or DSN")
-    sink_.add_argument("--tables", default=None, type=table_ids,
+    which = sink_.add_mutually_exclusive_group()
+    which.add_argument("--tables", default=None, type=table_ids,
                        help="comma-separated table ids; default: every table (wildcard)")
-    sink_.add_argument("--group", default=None, type=table_id,
+    which.add_argument("--group", default=None, type=table_id,
                        help="share the wildcard subscription among workers of this group "
                             "(MQTT 5 shared subscription)")
     sink_.add_argument("--migrate-only", action="store_true",

@@ -24,6 +24,7 @@ from typing import Any
 import aiomqtt
 import psycopg
 import structlog
+from psycopg.conninfo import conninfo_to_dict
 
 from shoed.aio import run_until_signalled
 from shoed.client.cursor import Cursor
@@ -34,6 +35,10 @@ from .db import apply_batch, apply_event, load_cursor, migrate
 
 log = structlog.get_logger("shoed.sink")
 TABLE_LOCK = 0x5E0EE  # first key of the per-table advisory locks
+
+
+class DatabaseUnreachable(Exception):
+    """The database of --postgres did not answer at the start (exit 1: it may later)."""
 
 
 class _LockedStore:
@@ -60,6 +65,10 @@ class Sink:
         self.claim_interval_s = claim_interval_s
         self.owned: dict[str, asyncio.Task[None]] = {}
         self.seen: set[str] = set()
+        # One claim at a time: discovery's claim and the claimer's tick each checked
+        # `owned` before awaiting the lock, and session advisory locks are re-entrant, so
+        # both won and one table was served by two feeds (outside review).
+        self.claim_lock = asyncio.Lock()
         self.write_lock = asyncio.Lock()
         self.stats = {"events": 0, "new": 0, "batches": 0}
         self.lag: list[float] = []  # seconds from an event's ts to its commit
@@ -95,10 +104,14 @@ class Sink:
             await asyncio.sleep(self.claim_interval_s)
 
     async def _claim(self, table: str) -> None:
-        cur = await self.locks.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))",
-                                       (TABLE_LOCK, table))
-        row = await cur.fetchone()
-        if row and row[0]:
+        async with self.claim_lock:
+            if table in self.owned:
+                return
+            cur = await self.locks.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))",
+                                           (TABLE_LOCK, table))
+            row = await cur.fetchone()
+            if not (row and row[0]):
+                return
             log.info("sink_table_claimed", table=table)
             task = asyncio.create_task(self._serve(table), name=f"sink-{table}")
             task.add_done_callback(self._on_table_done)
@@ -141,22 +154,34 @@ class Sink:
                 await asyncio.sleep(1.0)
 
     async def _serve(self, table: str) -> None:
-        feed = TableFeed(self.url, table, root=f"{self.prefix}/{table}",
-                         cursor_store=_LockedStore(self.conn, self.write_lock),
-                         from_seq=1, **self.feed_options)
+        store = _LockedStore(self.conn, self.write_lock)
+        # From the journal's start when nothing is stored yet; else the stored cursor
+        # (a from_seq beside it would be "ignored" at every start, said as a warning).
+        stored = await store.load(table)
+        feed = TableFeed(self.url, table, root=f"{self.prefix}/{table}", cursor_store=store,
+                         from_seq=1 if stored is None else None, **self.feed_options)
+        recorded = 0  # feed.lost recorded so far
+
+        def unstored(event: dict[str, Any], error: BaseException) -> None:
+            log.error("sink_event_unstored", table=table, seq=event.get("seq"),
+                      event_id=str(event.get("event_id")), error=f"{type(error).__name__}: "
+                      f"{error}", action="kept whole in events_unstored; going on past it")
+
         async with feed:
             async for events in feed.batches(self.batch):
+                lost = feed.lost[recorded:]
                 async with self.write_lock:
                     if self._crash_after and self.stats["batches"] + 1 >= self._crash_after:
                         await self._crash_mid_transaction(table, events)
-                    new = await apply_batch(self.conn, table, events)
+                    new = await apply_batch(self.conn, table, events, lost, unstored)
+                recorded += len(lost)
                 now = time.time()
                 self.stats["batches"] += 1
                 self.stats["events"] += len(events)
                 self.stats["new"] += new
                 for event in events:
-                    with contextlib.suppress(ValueError, TypeError):
-                        at = datetime.fromisoformat(str(event["ts"]).replace("Z", "+00:00"))
+                    with contextlib.suppress(ValueError, TypeError, AttributeError):
+                        at = datetime.fromisoformat(event.get("ts", "").replace("Z", "+00:00"))
                         self.lag.append(now - at.timestamp())
                 del self.lag[:-10_000]
 
@@ -176,7 +201,14 @@ async def run_sink(args: argparse.Namespace) -> int:
         options = feed_options(args)
         if args.group and args.protocol != "5":
             raise OptionError("--group needs MQTT 5 shared subscriptions (--protocol 5)")
-    admin = await psycopg.AsyncConnection.connect(args.postgres, autocommit=True)
+    try:  # libpq's own parse: a typo is the operator's, named as such (exit 2)
+        conninfo_to_dict(args.postgres)
+    except psycopg.ProgrammingError as error:
+        raise OptionError(f"--postgres: {error}") from None
+    try:
+        admin = await psycopg.AsyncConnection.connect(args.postgres, autocommit=True)
+    except psycopg.OperationalError as error:
+        raise DatabaseUnreachable(f"--postgres: cannot connect: {error}".strip()) from None
     try:
         applied = await migrate(admin)
     finally:
@@ -202,6 +234,9 @@ def sink(args: argparse.Namespace) -> int:
     except OptionError as error:
         print(f"shoed sink: {error}", file=sys.stderr)
         return 2
-    except (psycopg.Error, OSError) as error:
+    except (psycopg.Error, OSError, DatabaseUnreachable) as error:
         log.error("sink_stopped", error=str(error))
+        return 1
+    except Exception as error:  # a fault of the sink's own: said in its log, not a trace
+        log.error("sink_stopped", error=repr(error), exc_info=True)
         return 1

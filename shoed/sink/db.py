@@ -18,6 +18,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from shoed.client.cursor import Cursor
+from shoed.client.errors import EventsLost
 from shoed.client.feed import instance_of
 
 MIGRATION_NAME = re.compile(r"^(\d+)_[a-z0-9_]+\.sql$")
@@ -184,41 +185,109 @@ async def apply_event(cur: psycopg.AsyncCursor[Any], e: dict[str, Any]) -> bool:
     return True
 
 
+#: An event the database or the sink cannot store as it is: a text PostgreSQL refuses
+#: (U+0000), a number out of a column's range, a value of the wrong kind, a field its rows
+#: need missing (events_unstored, migration 005).
+EVENT_ERRORS = (KeyError, TypeError, ValueError, AttributeError, psycopg.errors.DataError,
+                psycopg.errors.IntegrityError)
+
+
 async def supersede(cur: psycopg.AsyncCursor[Any], e: dict[str, Any]) -> None:
-    """A shoe of its table still in play in another journal (instance) than the stored
-    event `e`'s was left by a replaced journal: no event will end it. It is marked
-    superseded at `e`'s time, by `e`'s instance (migration 004)."""
+    """A shoe of its table still in play in a journal stored before `e`'s was left by a
+    replaced journal: no event will end it. It is marked superseded at `e`'s time, by
+    `e`'s instance (migrations 004, 005: the journals' order is the database's, not the
+    table's clock)."""
     at, instance = _ts(e.get("ts")), instance_of(e)
     await cur.execute(
-        "UPDATE shoes SET superseded_at = %s, superseded_by = %s WHERE table_id = %s "
-        "AND instance <> %s AND started_at <= %s AND ended_at IS NULL AND voided_at IS NULL "
-        "AND superseded_at IS NULL", (at, instance, e["table_id"], instance, at))
+        "UPDATE shoes s SET superseded_at = %(at)s, superseded_by = %(instance)s "
+        "WHERE s.table_id = %(table)s AND s.instance <> %(instance)s "
+        "AND s.ended_at IS NULL AND s.voided_at IS NULL AND s.superseded_at IS NULL "
+        "AND coalesce((SELECT j.first_stored_at FROM journals j WHERE j.table_id = "
+        "s.table_id AND j.instance = s.instance), '-infinity') < (SELECT j.first_stored_at "
+        "FROM journals j WHERE j.table_id = %(table)s AND j.instance = %(instance)s)",
+        {"at": at, "instance": instance, "table": e["table_id"]})
+
+
+async def _unstored(cur: psycopg.AsyncCursor[Any], table: str, e: dict[str, Any],
+                    error: BaseException) -> None:
+    event_id, kind = e.get("event_id"), e.get("type")
+    await cur.execute(
+        "INSERT INTO events_unstored (table_id, instance, seq, event_id, type, body, error) "
+        "VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+        (table, instance_of(e), e["seq"], None if event_id is None else str(event_id),
+         None if kind is None else str(kind), json.dumps(e, default=str),
+         f"{type(error).__name__}: {error}"[:1000]))
+
+
+async def _record_losses(cur: psycopg.AsyncCursor[Any], table: str,
+                         lost: list[EventsLost]) -> None:
+    for loss in lost:
+        await cur.execute(
+            "INSERT INTO events_lost (table_id, instance, first_seq, last_seq, possible, "
+            "detail) VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+            (table, loss.instance or "", loss.first, loss.last, loss.possible, str(loss)))
 
 
 async def apply_batch(conn: psycopg.AsyncConnection[Any], table: str,
-                      events: list[dict[str, Any]]) -> int:
+                      events: list[dict[str, Any]], lost: list[EventsLost] | None = None,
+                      on_unstored: Any = None) -> int:
     """Store a batch of one table's events (in seq order) and move its cursor to the last
-    of them, in one transaction. Returns how many events were new."""
+    of them, in one transaction, with the losses the feed found before them. Returns how
+    many events were new. An event that cannot be stored (EVENT_ERRORS) sends the batch
+    round again, each event in a savepoint of its own: that one goes to
+    `events_unstored` (`on_unstored(event, error)` is told), the others are stored."""
+    try:
+        return await _apply(conn, table, events, lost or [], None)
+    except EVENT_ERRORS:
+        return await _apply(conn, table, events, lost or [], on_unstored or (lambda e, x: None))
+
+
+async def _apply(conn: psycopg.AsyncConnection[Any], table: str, events: list[dict[str, Any]],
+                 lost: list[EventsLost], careful: Any) -> int:
     new = 0
     last = events[-1]
     instance: str | None = None
     async with conn.transaction(), conn.cursor() as cur:
+        for each in dict.fromkeys(instance_of(e) for e in events):  # in the order they come
+            await cur.execute("INSERT INTO journals (table_id, instance) VALUES (%s, %s) "
+                              "ON CONFLICT DO NOTHING", (table, each))
+        await _record_losses(cur, table, lost)
         for event in events:
-            stored = await apply_event(cur, event)
-            if stored and (new == 0 or instance_of(event) != instance):
-                await supersede(cur, event)  # the batch's first, or a new journal's
+            first = new == 0 or instance_of(event) != instance
+            if careful is None:
+                stored = await _store(cur, event, first)
+            else:
+                try:
+                    async with conn.transaction():  # a savepoint: this event only
+                        stored = await _store(cur, event, first)
+                except EVENT_ERRORS as error:
+                    await _unstored(cur, table, event, error)
+                    careful(event, error)
+                    stored = False
             instance = instance_of(event)
             new += stored
         await cur.execute(
             "INSERT INTO sink_cursor (table_id, instance, seq) VALUES (%s, %s, %s) "
             "ON CONFLICT (table_id) DO UPDATE SET instance = excluded.instance, "
             "seq = excluded.seq, updated_at = now() "
-            # never back within a journal: a worker that lost its table's lock and has not
-            # noticed yet (up to claim_interval_s) writes behind the one that took it
-            "WHERE sink_cursor.instance IS DISTINCT FROM excluded.instance "
-            "OR sink_cursor.seq < excluded.seq",
+            # never back within a journal, nor to a journal stored before the cursor's: a
+            # worker that lost its table's lock and has not noticed yet (up to
+            # claim_interval_s) writes behind the one that took it
+            "WHERE (sink_cursor.instance = excluded.instance "
+            "AND sink_cursor.seq < excluded.seq) OR (sink_cursor.instance <> "
+            "excluded.instance AND coalesce((SELECT j.first_stored_at FROM journals j "
+            "WHERE j.table_id = excluded.table_id AND j.instance = sink_cursor.instance), "
+            "'-infinity') <= (SELECT j.first_stored_at FROM journals j WHERE j.table_id = "
+            "excluded.table_id AND j.instance = excluded.instance))",
             (table, instance_of(last), last["seq"]))
     return new
+
+
+async def _store(cur: psycopg.AsyncCursor[Any], event: dict[str, Any], first: bool) -> bool:
+    stored = await apply_event(cur, event)
+    if stored and first:
+        await supersede(cur, event)  # the batch's first, or a new journal's
+    return stored
 
 
 def dumps(value: Any) -> str:
