@@ -54,11 +54,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _cmd_check_config(args: argparse.Namespace) -> int:
     from .config import ConfigError, check_device_port, load_settings
+    from .store.statedir import StorageError, check_state_dir
 
     try:
         settings = load_settings(args.path)
         check_device_port(settings.device)
-    except ConfigError as error:
+        check_state_dir(settings.state.dir)  # the start's checks, creating nothing
+    except (ConfigError, StorageError) as error:
         print(f"{args.path}: {error}", file=sys.stderr)
         return 2
     shown = settings.model_dump(mode="json")

@@ -345,6 +345,13 @@ class StateSection(Section):
     # Only when the journal is damaged or foreign: move it aside, start a new one.
     new_journal: bool = False
 
+    @field_validator("dir", mode="before")
+    @classmethod
+    def _dir(cls, value: Any) -> Any:
+        if isinstance(value, str) and not value.strip():  # pathlib would make it "."
+            raise ValueError("must not be empty (the journal's directory)")
+        return value
+
 
 class AuthSection(Section):
     """Broker users mapped to roles (mqtt-api.md section 4). Mosquitto's ACL file has no

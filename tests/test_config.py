@@ -210,6 +210,50 @@ def test_world_writable_state_dir_is_refused(tmp_path: pathlib.Path) -> None:
         prepare_state_dir(state)
 
 
+@pytest.mark.parametrize(("where", "said"), [
+    # check-config said OK to each, and `shoed run` refused it.
+    ("file", "is not a directory (a file is there)"),
+    ("below_file", "is not a directory"),
+    ("world_writable", "is world-writable"),
+    ("/dev/null", "is not a directory (something else is there)"),
+    ("/proc", "is in the kernel's /proc or /sys"),
+    ("/sys/kernel/shoed", "is in the kernel's /proc or /sys"),
+    ("unwritable_parent", "is not writable by uid"),
+    ("", "state.dir: Value error, must not be empty"),  # pathlib made it "."
+])
+def test_check_config_refuses_the_state_dir_the_start_refuses(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str], where: str, said: str) -> None:
+    from shoed.store import statedir
+
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "world_writable").mkdir(mode=0o777)
+    (tmp_path / "world_writable").chmod(0o777)
+    (tmp_path / "locked").mkdir()
+    real_access = os.access
+    monkeypatch.setattr(statedir.os, "access", lambda path, mode: False if pathlib.Path(
+        path) == tmp_path / "locked" else real_access(path, mode))
+    state = {"file": tmp_path / "file", "below_file": tmp_path / "file" / "state",
+             "world_writable": tmp_path / "world_writable",
+             "unwritable_parent": tmp_path / "locked" / "state"}.get(where, where)
+    assert main(["check-config", str(write(tmp_path, f'[state]\ndir = "{state}"\n'))]) == 2
+    err = capsys.readouterr().err
+    assert said in err and (f"state.dir {state}" in err or not where), err
+    if where in ("file", "world_writable", "/dev/null"):
+        with pytest.raises(StorageError, match=re.escape(said)):
+            prepare_state_dir(pathlib.Path(state))  # what the start says, the same words
+
+
+def test_check_config_takes_a_state_dir_the_start_would_make_and_makes_nothing(
+        tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    state = tmp_path / "var" / "lib" / "shoed"
+    assert main(["check-config", str(write(tmp_path, f'[state]\ndir = "{state}"\n'))]) == 0
+    assert not (tmp_path / "var").exists()
+    state.mkdir(parents=True, mode=0o750)
+    assert main(["check-config", str(write(tmp_path, f'[state]\ndir = "{state}"\n'))]) == 0
+    assert list(state.iterdir()) == []  # no lock, no journal
+
+
 @settings(max_examples=150, deadline=None)
 @given(st.dictionaries(st.sampled_from(["table", "device", "mqtt", "rules", "cards", "state",
                                         "junk"]),

@@ -50,22 +50,56 @@ class JournalInUse(StorageError):
 
 def prepare_state_dir(path: pathlib.Path) -> None:
     """Create the state directory 0750, and refuse one that others may write to."""
+    _refuse_virtual(path)
     try:
         path.mkdir(mode=0o750, parents=True, exist_ok=True)
-        mode = path.stat().st_mode
     except (FileExistsError, NotADirectoryError) as error:
         # mkdir says "File exists" (or "Not a directory" below a file): name what is there
         raise StorageError(_not_a_directory(path)) from error
     except OSError as error:
         raise StorageError(f"state.dir {path}: {error.strerror}") from error
-    if mode & stat.S_IWOTH:
-        raise StorageError(f"state.dir {path} is world-writable (mode {stat.filemode(mode)}); "
+    _check_directory(path)
+
+
+def check_state_dir(path: pathlib.Path) -> None:
+    """prepare_state_dir's checks, creating nothing (`shoed check-config`): a directory
+    that is there as the start keeps it; else the nearest one above, that the start
+    creates it in."""
+    _refuse_virtual(path)
+    try:
+        if path.is_dir():
+            return _check_directory(path)
+        there = next(p for p in (path, *path.parents) if os.path.lexists(p))
+        if there == path or not there.is_dir():
+            raise StorageError(_not_a_directory(path))
+    except OSError as error:
+        raise StorageError(f"state.dir {path}: {error.strerror}") from error
+    _check_directory(there, made_in=path)
+
+
+def _refuse_virtual(path: pathlib.Path) -> None:
+    if path.resolve().parts[1:2] in (("proc",), ("sys",)):
+        raise StorageError(f"state.dir {path} is in the kernel's /proc or /sys: no file "
+                           f"can be kept there")
+
+
+def _check_directory(path: pathlib.Path, made_in: pathlib.Path | None = None) -> None:
+    """Refuse the directory `path` that others may write to, on a read-only filesystem
+    or not writable by this user (`made_in`: the state.dir it would hold, not made yet)."""
+    what = f"state.dir {path}" if made_in is None else f"state.dir {made_in}: {path}"
+    try:
+        mode = path.stat().st_mode
+        read_only = os.statvfs(path).f_flag & os.ST_RDONLY
+    except OSError as error:
+        raise StorageError(f"{what}: {error.strerror}") from error
+    if mode & stat.S_IWOTH and made_in is None:
+        raise StorageError(f"{what} is world-writable (mode {stat.filemode(mode)}); "
                            f"refusing to keep the journal there: chmod o-w it")
-    if os.statvfs(path).f_flag & os.ST_RDONLY:
-        raise StorageError(f"state.dir {path} is on a read-only filesystem: nothing could be "
+    if read_only:
+        raise StorageError(f"{what} is on a read-only filesystem: nothing could be "
                            f"journalled, so nothing would be ACKed")
     if not os.access(path, os.W_OK | os.X_OK):
-        raise StorageError(f"state.dir {path} is not writable by uid {os.geteuid()}")
+        raise StorageError(f"{what} is not writable by uid {os.geteuid()}")
 
 
 def free_bytes(directory: pathlib.Path) -> int | None:
