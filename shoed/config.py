@@ -14,11 +14,10 @@ import re
 import ssl
 import stat
 import tomllib
-from typing import Annotated, Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import (
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
     ValidationError,
@@ -50,6 +49,18 @@ MQTT_STRING_MAX = 65535  # bytes of UTF-8: an MQTT string's (and password's) 2-b
 
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _not_a_bool(cls, value: Any, info: ValidationInfo) -> Any:
+        """A number is not TOML's true/false: pydantic's lax int and float read them as 1
+        and 0 (`rules.decks = true` was one deck; a pay of true, a table that pays what
+        nobody wrote). A number in a string stays accepted: the environment gives every
+        value as a string."""
+        kind = cls.model_fields[str(info.field_name)].annotation
+        if isinstance(value, bool) and {int, float} & {kind, *get_args(kind)}:
+            raise ValueError(f"expected a number, not {str(value).lower()}")
+        return value
 
 
 class TableSection(Section):
@@ -209,16 +220,7 @@ def topic_prefix_problem(value: str) -> str | None:
     return None
 
 
-def _not_a_bool(value: Any) -> Any:
-    """A pay is a number: TOML's true/false would be read as 1 and 0 (pydantic's lax
-    float), a table that pays what nobody wrote. A number in a string stays accepted:
-    the environment gives every value as a string."""
-    if isinstance(value, bool):
-        raise ValueError(f"a pay is a number, not {str(value).lower()}")
-    return value
-
-
-PayFigure = Annotated[float, BeforeValidator(_not_a_bool)]
+PayFigure = float  # not true/false: Section._not_a_bool
 
 
 class PayoutsSection(Section):
