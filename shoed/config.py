@@ -14,6 +14,7 @@ import re
 import ssl
 import stat
 import tomllib
+import unicodedata
 from typing import Any, Literal, get_args
 
 from pydantic import (
@@ -202,10 +203,10 @@ def topic_prefix_problem(value: str) -> str | None:
         return "must not be empty (leave it out for shoed/<table.id>)"
     if "#" in value or "+" in value:
         return "must not contain the MQTT wildcards '#' or '+'"
-    if "\x00" in value:
-        return "must not contain a NUL character"
-    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
-        return "must not contain control characters (a tab, a line break)"
+    odd = [c for c in value if unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp")]
+    if odd:  # a broker may drop the connection; no operator could type or see them
+        return (f"must not contain control or format characters (Unicode Cc, Cf, Zl, Zp: "
+                f"a tab, a line break, U+0085, U+2028, a BOM), got U+{ord(odd[0]):04X}")
     if any(level != level.strip() for level in value.split("/")):
         # Legal MQTT, but a stray space is a typo that no ACL or subscriber matches.
         return "must not have a level that starts or ends with a space"

@@ -373,10 +373,12 @@ def test_auth_refuses_unknown_roles_and_wildcard_users(tmp_path) -> None:
         load_settings(wild)
 @pytest.mark.parametrize("prefix", ["a/#", "#", "casino/+/T1", "a//b", "/casino/T1",
                                     "casino/T1/", "", "$SYS/T1", "a\x00b", " ", "shoed/T01 ",
-                                    " shoed/T01", "shoed/ T01", "a\tb", "a\nb"])
+                                    " shoed/T01", "shoed/ T01", "a\tb", "a\nb",
+                                    # C1, line and paragraph separators, BOM, zero width
+                                    "a\x85b", "a\u2028b", "a\u2029b", "a\ufeffb", "a\u200bb"])
 def test_unusable_topic_prefix_is_refused_naming_key_and_value(
         tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], prefix: str) -> None:
-    shown = prefix.replace("\x00", "\\u0000").replace("\t", "\\t").replace("\n", "\\n")
+    shown = "".join(c if c.isprintable() else f"\\u{ord(c):04x}" for c in prefix)
     path = write(tmp_path, f'[mqtt]\ntopic_prefix = "{shown}"\n')
     with pytest.raises(ConfigError, match=r"mqtt\.topic_prefix") as caught:
         load_settings(path)
@@ -389,7 +391,7 @@ def test_unusable_topic_prefix_is_refused_naming_key_and_value(
     assert "mqtt.topic_prefix" in err and repr(prefix) in err
 
 
-@pytest.mark.parametrize("prefix", ["casino/floor1/T1", "T1", "a-b_c.d/e f"])
+@pytest.mark.parametrize("prefix", ["casino/floor1/T1", "T1", "a-b_c.d/e f", "salle/é/T1"])
 def test_usable_topic_prefix_is_kept(tmp_path: pathlib.Path, prefix: str) -> None:
     settings = load_settings(write(tmp_path, f'[mqtt]\ntopic_prefix = "{prefix}"\n'))
     assert settings.topic_root == prefix
