@@ -415,22 +415,63 @@ class RoadsSection(Section):
 class ConsoleSection(Section):
     """`shoed console`: the web page's server, and what the page is told (docs/console.md)."""
 
-    listen: str = Field(default="127.0.0.1:8080", pattern=r"^[^:\s]+:\d{1,5}$")
+    listen: str = "127.0.0.1:8080"  # HOST:PORT, [IPv6]:PORT; port 0: any free one
     # The broker's MQTT-over-WebSockets listener, as the browser reaches it. Default: the
     # host of mqtt.url, port 9001, wss:// when mqtt.url is mqtts://.
     ws_url: str | None = Field(default=None, pattern=r"^wss?://[^/\s]+(/\S*)?$")
     tables: list[str] = Field(default_factory=list)  # the pit page's tables; [] = table.id
     # The topic root of another table of the pit (this table's root is its own).
-    topic_template: str = Field(default="shoed/{table}", pattern=r"\{table\}")
+    topic_template: str = "shoed/{table}"
     whoami_timeout_s: float = Field(default=3.0, gt=0, le=60)
 
     @field_validator("listen")
     @classmethod
-    def _listen_port(cls, value: str) -> str:
-        port = int(value.rpartition(":")[2])
-        if not 0 <= port <= 65535:
-            raise ValueError(f"the port must be 0 (any free one) to 65535, got {port}")
+    def _listen(cls, value: str) -> str:
+        if problem := listen_problem(value):
+            raise ValueError(problem)
         return value
+
+    @field_validator("tables")
+    @classmethod
+    def _tables(cls, value: list[str]) -> list[str]:
+        if problem := tables_problem(value):
+            raise ValueError(problem)
+        return value
+
+    @field_validator("topic_template")
+    @classmethod
+    def _template(cls, value: str) -> str:
+        root = value.replace("{table}", "T01").rstrip("/")  # as the page's roots are made
+        problem = ("must contain {table}" if "{table}" not in value else
+                   "has a { or } that is not {table}" if {"{", "}"} & set(root) else
+                   topic_prefix_problem(root))
+        if problem:
+            raise ValueError(f"{problem} (a table T01's root would be {root!r})")
+        return value
+
+
+def listen_problem(text: str) -> str | None:
+    """Why `text` is no HOST:PORT to serve on (console.listen, `console --listen`), or
+    None. An IPv6 address is written in brackets: [::1]:8080."""
+    host, _, port = text.rpartition(":")
+    bare = host[1:-1] if host[:1] + host[-1:] == "[]" else host
+    if not bare or not (port.isascii() and port.isdigit()) or \
+            any(c.isspace() or c in "[]" for c in bare):
+        return ("expected HOST:PORT like 127.0.0.1:8080 or [::1]:8080 (port 0 to 65535; "
+                "0: any free port)")
+    if int(port) > 65535:
+        return f"the port must be 0 (any free one) to 65535, got {port}"
+    return None
+
+
+def tables_problem(tables: list[str]) -> str | None:
+    """Why `tables` is no list of the pit page's tables (console.tables, `--tables`)."""
+    for table in tables:
+        if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", table):
+            return f"{table!r} is not a table id (letters, digits, '_', '.', '-'; at most 64)"
+    if twice := sorted({t for t in tables if tables.count(t) > 1}):
+        return f"a table is listed twice: {', '.join(twice)}"
+    return None
 
 
 class Settings(BaseSettings):

@@ -10,8 +10,10 @@ import shutil
 import subprocess
 import sys
 import zipfile
+from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from shoed.config import Settings
 from shoed.console import page_config, start_console
@@ -97,6 +99,50 @@ def test_page_config_choices(tmp_path: pathlib.Path) -> None:
     config = page_config(own)
     assert config["broker"] == {"url": "wss://pit.example:443/mqtt", "tls": True}
     assert [t["root"] for t in config["tables"]] == ["casino/A1/shoe", "casino/B2/shoe"]
+    # An IPv6 broker: the URL keeps its brackets (it was ws://::1:9001, no URL at all).
+    v6 = Settings.model_validate({**base, "mqtt": {"url": "mqtts://[::1]:8883"}})
+    assert page_config(v6)["broker"] == {"url": "wss://[::1]:9001", "tls": True}
+
+
+@pytest.mark.parametrize(("console", "said"), [
+    # check-config said OK, then `shoed console` refused naming --tables, not given.
+    ({"tables": ["a/b"]}, "console.tables: Value error, 'a/b' is not a table id"),
+    ({"tables": ["T01", "T01"]}, "console.tables: Value error, a table is listed twice: T01"),
+    ({"tables": [""]}, "console.tables: Value error, '' is not a table id"),
+    ({"topic_template": "shoed/#/{table}"}, "console.topic_template: Value error, must not "
+                                            "contain the MQTT wildcards"),
+    ({"topic_template": "shoed/tables"}, "console.topic_template: Value error, must contain"),
+    ({"topic_template": "{table}/{x}"}, "console.topic_template: Value error, has a { or }"),
+    ({"topic_template": "$SYS/{table}"}, "console.topic_template: Value error, must not start"),
+    ({"listen": "[::1:8080"}, "console.listen: Value error, expected HOST:PORT"),
+    ({"listen": "h:99999"}, "console.listen: Value error, the port must be 0"),
+])
+def test_check_config_refuses_what_the_console_would_refuse_naming_the_key(
+        tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], console: dict[str, Any],
+        said: str) -> None:
+    from shoed.cli import main
+    from shoed.config import write_config
+
+    path = write_config(tmp_path / "shoed.toml", {"console": console})
+    assert main(["check-config", str(path)]) == 2
+    assert said in capsys.readouterr().err
+    assert main(["console", "--config", str(path)]) == 2
+    assert said in capsys.readouterr().err
+
+
+def test_console_listen_and_the_option_take_the_same_addresses(tmp_path: pathlib.Path) -> None:
+    """console.listen refused [::1]:8080, which `--listen` took."""
+    for listen in ("[::1]:8080", "::1:8080", "0.0.0.0:0", "pit.local:8080"):
+        settings = Settings.model_validate({"console": {"listen": listen}})
+        assert parse_listen(settings.console.listen)[1] == int(listen.rpartition(":")[2])
+    assert parse_listen("[::1]:8080") == ("::1", 8080)
+    for bad in ("8080", "[::1:8080", "h:99999", ":8080", "a b:1", "h:\u0663"):
+        with pytest.raises(ValidationError, match=r"console\.listen"):
+            Settings.model_validate({"console": {"listen": bad}})
+        with pytest.raises(ConsoleError, match="--listen: "):
+            parse_listen(bad)
+        with pytest.raises(ConsoleError, match=r"console\.listen: "):
+            parse_listen(bad, "console.listen")
 
 
 def test_bad_options_are_refused_naming_them() -> None:

@@ -12,15 +12,13 @@ import asyncio
 import contextlib
 import json
 import pathlib
-import re
 import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any
 
-from shoed.config import Settings
+from shoed.config import Settings, listen_problem, tables_problem
 
 STATIC = pathlib.Path(__file__).resolve().parent / "static"
-TABLE_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 MAX_REQUEST = 16 * 1024
 # Explicit, so a machine's /etc/mime.types cannot change them (modules need a JS type).
 TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
@@ -33,23 +31,19 @@ class ConsoleError(ValueError):
     """A console option that cannot be used; the message names it."""
 
 
-def parse_listen(listen: str) -> tuple[str, int]:
-    host, sep, port = listen.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ConsoleError(f"--listen: expected HOST:PORT like 127.0.0.1:8080 (port 0 to "
-                           f"65535; 0: any free port), got {listen!r}")
+def parse_listen(listen: str, key: str = "--listen") -> tuple[str, int]:
+    """HOST:PORT as console.listen takes it (`key`: where it was given)."""
+    if problem := listen_problem(listen):
+        raise ConsoleError(f"{key}: {problem}, got {listen!r}")
+    host, _, port = listen.rpartition(":")
     return host.strip("[]"), int(port)
 
 
-def parse_tables(text: str | list[str] | None) -> list[str]:
+def parse_tables(text: str | list[str] | None, key: str = "--tables") -> list[str]:
     items = text.split(",") if isinstance(text, str) else list(text or [])
     tables = [t.strip() for t in items if t.strip()]
-    for table in tables:
-        if not TABLE_ID.match(table):
-            raise ConsoleError(f"--tables: {table!r} is not a table id (letters, digits, "
-                               f"'_', '.', '-')")
-    if len(set(tables)) != len(tables):
-        raise ConsoleError(f"--tables: a table is listed twice in {','.join(tables)}")
+    if problem := tables_problem(tables):
+        raise ConsoleError(f"{key}: {problem}")
     return tables
 
 
@@ -57,12 +51,14 @@ def ws_url(settings: Settings) -> str:
     if settings.console.ws_url:
         return settings.console.ws_url
     host, _ = settings.mqtt.host_port
+    host = f"[{host}]" if ":" in host else host  # an IPv6 address, as a URL writes it
     return f"{'wss' if settings.mqtt.tls else 'ws'}://{host}:9001"
 
 
 def page_config(settings: Settings, tables: list[str] | None = None) -> dict[str, Any]:
     """What `config.json` tells the page: the broker's WebSockets URL and the tables."""
-    chosen = parse_tables(tables) if tables else parse_tables(settings.console.tables)
+    chosen = parse_tables(tables) if tables else \
+        parse_tables(settings.console.tables, "console.tables")
     if not chosen:
         chosen = [settings.table.id]
     roots = []
@@ -158,7 +154,8 @@ class ConsoleServer:
 async def start_console(settings: Settings, listen: str | None = None,
                         tables: list[str] | str | None = None) -> ConsoleServer:
     """Start serving the console on the running loop; `listen` HOST:PORT (port 0: any)."""
-    host, port = parse_listen(listen or settings.console.listen)
+    host, port = parse_listen(listen) if listen else \
+        parse_listen(settings.console.listen, "console.listen")
     console = ConsoleServer(page_config(settings, parse_tables(tables) if tables else None))
     await console.start(host, port)
     return console
