@@ -38,7 +38,7 @@ from .core.commands import ROLES, ParseLimits, Role
 from .core.errors import CardNotationError, ShoedError
 from .core.integrity import IntegrityThresholds
 from .core.paytable import EZ_SIDE_BETS, SIDE_BETS, PayTable, SideBet
-from .mqtt.brokers import BrokerUrl, parse_broker_url, split_urls
+from .mqtt.brokers import BrokerList, BrokerUrl, parse_broker_url, split_urls
 
 
 class ConfigError(ShoedError):
@@ -138,11 +138,7 @@ class MqttSection(Section):
                 parsed.append(parse_broker_url(entry))
             except ValueError as error:
                 raise ValueError(f"{where}{error}") from None
-        seen: set[tuple[str, int]] = set()
-        for n, broker in enumerate(parsed, start=1):
-            if broker.host_port in seen:
-                raise ValueError(f"entry {n} ({broker.url!r}) names a broker listed before")
-            seen.add(broker.host_port)
+        BrokerList(parsed)  # refuses a broker listed twice, as `tail --url` does
         if len({b.tls for b in parsed}) > 1:
             plain = ", ".join(b.url for b in parsed if not b.tls)
             raise ValueError(f"mixes mqtts:// and mqtt:// ({plain} without TLS): every "

@@ -152,6 +152,20 @@ def test_every_round_tries_each_broker_once_before_waiting(n: int, outcomes: lis
             assert len(set(tried)) == len(tried) < n
 
 
+@pytest.mark.parametrize("urls", ["mqtt://127.0.0.1:1,mqtt://127.0.0.1:1",
+                                  "mqtt://a,mqtt://b:1883,mqtt://A:1883"])
+def test_tail_refuses_a_broker_listed_twice_as_mqtt_url_does(
+        tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], urls: str) -> None:
+    """`tail --url` took the list that mqtt.url refuses (one check now: BrokerList's)."""
+    assert main(["tail", "--table", "T01", "--url", urls]) == 2
+    err = capsys.readouterr().err
+    assert "--url: " in err and "names a broker listed before" in err, err
+    config = tmp_path / "shoed.toml"
+    config.write_text(f"[mqtt]\nurl = {urls.split(',')!r}\n".replace("'", '"'))
+    assert main(["check-config", str(config)]) == 2
+    assert "mqtt.url: Value error, entry " in capsys.readouterr().err
+
+
 def test_parse_broker_url() -> None:
     assert parse_broker_url("mqtts://[::1]:8884") == BrokerUrl("mqtts://[::1]:8884", "::1",
                                                                8884, True)

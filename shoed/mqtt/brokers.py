@@ -70,6 +70,10 @@ class BrokerList:
     def __init__(self, brokers: Sequence[BrokerUrl]) -> None:
         if not brokers:
             raise ValueError("at least one broker")
+        for n, broker in enumerate(brokers):  # mqtt.url's and --url's rule alike
+            if broker.host_port in {b.host_port for b in brokers[:n]}:
+                raise ValueError(f"entry {n + 1} ({broker.url!r}) names a broker listed "
+                                 f"before")
         self.brokers = tuple(brokers)
         self._round: list[BrokerUrl] = list(self.brokers)
         self._tried = 0  # attempts made in this round
