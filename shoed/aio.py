@@ -14,7 +14,9 @@ import asyncio
 import contextlib
 import os
 import signal
+import sys
 import threading
+import time
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, Literal
 
@@ -226,15 +228,18 @@ def loop_name() -> str:
     return "uvloop" if module.startswith("uvloop") else "asyncio"
 
 
-async def in_background_thread(fn: Callable[[], Any], name: str) -> Any:
-    """`fn()` in a thread of its own that the kernel runs only when no other thread of
-    the machine wants the CPU (Linux's SCHED_IDLE; elsewhere, or where it is refused,
-    at the normal priority). For long work the daemon starts by itself, such as the
-    journal's full integrity check after READY: on the table PC's two cores, at the
-    normal priority, it took a core from the cards dealt meanwhile and stalled some by
-    16-80 ms (docs/performance.md, "Thirteenth pass"). A thread of its own, not the
-    loop's executor: an unprivileged thread may not leave SCHED_IDLE again, and the
-    executor's threads are reused. Returns fn's result or raises its error."""
+async def in_background_thread(fn: Callable[[], Any], name: str, idle: bool = True) -> Any:
+    """`fn()` in a daemon thread of its own; with `idle`, one that the kernel runs only
+    when no other thread of the machine wants the CPU (Linux's SCHED_IDLE; elsewhere, or
+    where it is refused, at the normal priority). For long work the daemon starts by
+    itself, such as the journal's full integrity check after READY: on the table PC's two
+    cores, at the normal priority, it took a core from the cards dealt meanwhile and
+    stalled some by 16-80 ms (docs/performance.md, "Thirteenth pass"). A thread of its
+    own, not the loop's executor: an unprivileged thread may not leave SCHED_IDLE again,
+    the executor's threads are reused, and the interpreter's exit waits for every
+    executor thread (asyncio.run's shutdown_default_executor): a driver call that never
+    returns in one (a USB open or close, decisions.md 225) would keep a stopped daemon
+    from exiting. Returns fn's result or raises its error."""
     loop = asyncio.get_running_loop()
     done: asyncio.Future[Any] = loop.create_future()
 
@@ -247,8 +252,9 @@ async def in_background_thread(fn: Callable[[], Any], name: str) -> Any:
             done.set_result(result)
 
     def run() -> None:
-        with contextlib.suppress(AttributeError, OSError):  # not Linux, or refused
-            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+        if idle:
+            with contextlib.suppress(AttributeError, OSError):  # not Linux, or refused
+                os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
         try:
             result = fn()
         except BaseException as error:  # handed to the awaiting task, never lost
@@ -260,3 +266,30 @@ async def in_background_thread(fn: Callable[[], Any], name: str) -> Any:
 
     threading.Thread(target=run, name=name, daemon=True).start()
     return await done
+
+
+#: The threads of the driver's calls that may never return (a hung USB open or close).
+HANGING_CALLS = ("shoe-open", "shoe-close")
+
+
+def exit_past_hung_device_calls(code: int, wait_s: float = 2.0) -> int:
+    """`code`, once a device open or close still running in its thread has had `wait_s` to
+    return. One that has not is a driver that hangs (decisions.md 225): it holds pyusb's
+    lock, which pyusb's own cleanup at the interpreter's exit waits for, so the process
+    would never end and a unit's stop would wait for SIGKILL. The daemon's work is done
+    (the journal closed): it is said, and the process exits without that cleanup."""
+    deadline = time.monotonic() + wait_s
+    for thread in threading.enumerate():
+        if thread.name in HANGING_CALLS:
+            thread.join(max(0.0, deadline - time.monotonic()))
+    hung = [t.name for t in threading.enumerate() if t.name in HANGING_CALLS and t.is_alive()]
+    if not hung:
+        return code
+    from shoed import logs
+
+    logs.get().error("device_call_never_returned", threads=hung,
+                     action="exiting without the interpreter's cleanup")
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)

@@ -18,7 +18,7 @@ from rig import rig, wait_for
 from test_daemon_e2e import check_shoe
 
 from firmware_protocol import MessageReceived
-from shoed.device.transports import UsbTransport
+from shoed.device.usb import UsbTransport
 from shoed.sim.broker import PrivateMosquitto
 from shoed.sim.shoe import Script, SimulatedShoe
 from shoed.sim.usb import SimulatedUsbBackend

@@ -38,6 +38,7 @@ from shoed.core.engine import DeviceRequest, Output
 from shoed.core.inputs import DeviceGap, DeviceLink, Input, Notice, Tick
 from shoed.device.inputs import card_input, card_record, message_to_inputs, stamp
 from shoed.device.transports import TRANSPORTS, Transport
+from shoed.device.usb import UsbTransport
 from shoed.errors import TransportLost
 from shoed.eventlog import EventLog
 from shoed.status import TableStatus
@@ -45,6 +46,7 @@ from shoed.store.recorder import Recorder
 
 REJECTS_EVERY_S = 10.0  # rejected frames: one log line at most this often
 TIMER_MAX_S = 1.0  # the timer fires at least this often (liveness of the timer itself)
+LINE_STABLE_S = 2.0  # a line served at least this long was good: the next reopen comes soon
 
 
 class DeviceSession:
@@ -71,6 +73,7 @@ class DeviceSession:
         self.on_timer_ok: Callable[[], None] = lambda: None
         self._accepting = True
         self._wrong_device = False
+        self._refused_usb: set[tuple[int, int]] = set()
         self._opened = False  # a transport was opened before: the next one reopens the link
         self._device_requests: list[DeviceRequest] = []
         self._unlogged: list[Any] = []
@@ -213,6 +216,11 @@ class DeviceSession:
                            action="nothing from it is ACKed or applied")
             refused = f"expected shoe {expected}, got {message.serial_no}: refused"
             self._commit([Notice(**stamped, code="protocol_mismatch", message=refused)])
+            line = self.transport
+            if isinstance(line, UsbTransport) and line.refuse_device():
+                # another device of the VID/PID is plugged: try it (decisions.md 225)
+                line.drop(f"shoe {message.serial_no} is not {expected}; another device "
+                          f"with the VID/PID is plugged")
         self._wrong_device = wrong
 
     # -- bytes out --------------------------------------------------------------------------
@@ -291,6 +299,8 @@ class DeviceSession:
             self.loop_stepped = time.monotonic()
             transport = self.transport_factory()
             transport.receive_with(self._receive)
+            if isinstance(transport, UsbTransport):
+                transport.refused = self._refused_usb  # across reopens
             try:
                 await transport.open()
             except TransportLost as error:
@@ -298,8 +308,12 @@ class DeviceSession:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, self.settings.device.reconnect_max_s)
                 continue
-            backoff = 0.25
+            opened = time.monotonic()
             await self.serve(transport)
+            # A line that fails as soon as it opens (no endpoint, EIO at once) backs off
+            # as a failed open does; one that served a while starts again at 0.25 s.
+            stable = time.monotonic() - opened >= LINE_STABLE_S
+            backoff = 0.25 if stable else min(backoff * 2, self.settings.device.reconnect_max_s)
             await asyncio.sleep(backoff)
 
     async def serve(self, transport: Transport) -> None:

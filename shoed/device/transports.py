@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import queue
 import threading
@@ -18,14 +19,11 @@ import urllib.parse
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from shoed.aio import in_background_thread
 from shoed.errors import TransportLost
 
 READ_TIMEOUT_S = 0.05
 READ_CHUNK = 4096  # bytes read from a tty at once
-USB_PACKET = 64
-USB_INTERFACE = 0
-USB_EP_OUT = 0x01
-USB_EP_IN = 0x81
 
 
 #: pyserial's URLs that need a host and a port: a shoe on TCP, or behind an RFC 2217
@@ -145,7 +143,7 @@ class _ThreadedTransport:
         self._lost = None
         self._queue = asyncio.Queue()
         try:
-            await asyncio.to_thread(self._open_blocking)
+            await in_background_thread(self._open_blocking, "shoe-open", idle=False)
         except TransportLost:
             raise
         except Exception as error:
@@ -228,15 +226,21 @@ class _ThreadedTransport:
             self._queue.put_nowait(self._lost)
 
     async def close(self) -> None:
+        """Stop the threads, then close the device: the reader returns within
+        READ_TIMEOUT_S (a read that never does is waited for 1 s), so no bulk read is
+        under way when libusb releases the interface and closes the handle. Each step in
+        a daemon thread: a driver that never returns cannot keep the process from its
+        exit."""
         self._stop.set()
         writer, self._writer = self._writer, None
         if writer is not None and self._writes is not None:
             self._writes.put(None)
         self._writes_pending = 0
-        with contextlib.suppress(Exception):
-            await asyncio.to_thread(self._close_blocking)
         for thread in [*self._threads, *([writer] if writer is not None else [])]:
-            await asyncio.to_thread(thread.join, 1.0)
+            await in_background_thread(functools.partial(thread.join, 1.0), "shoe-join",
+                                       idle=False)
+        with contextlib.suppress(Exception):
+            await in_background_thread(self._close_blocking, "shoe-close", idle=False)
 
 
 class SerialTransport(_ThreadedTransport):
@@ -333,57 +337,13 @@ class SerialTransport(_ThreadedTransport):
             self._serial.close()
 
 
-class UsbTransport(_ThreadedTransport):
-    """pyusb: the shoe's vendor interface, bulk OUT 0x01 / bulk IN 0x81, 64-byte packets."""
-
-    def __init__(self, vid: int, pid: int, backend: Any = None) -> None:
-        super().__init__()
-        self.vid, self.pid = vid, pid
-        self.backend = backend
-        self.description = f"usb {vid:04x}:{pid:04x}"
-        self._device: Any = None
-        self._write_lock = threading.Lock()
-
-    def _open_blocking(self) -> None:
-        import usb.core
-        import usb.util
-
-        device = usb.core.find(idVendor=self.vid, idProduct=self.pid, backend=self.backend)
-        if device is None:
-            raise TransportLost(f"{self.description}: no such device")
-        with contextlib.suppress(usb.core.USBError):  # already configured: use it as it is
-            device.set_configuration()
-        usb.util.claim_interface(device, USB_INTERFACE)
-        self._device = device
-
-    def _read_blocking(self) -> bytes:
-        import usb.core
-
-        try:
-            data = self._device.read(USB_EP_IN, USB_PACKET, timeout=int(READ_TIMEOUT_S * 1000))
-        except usb.core.USBTimeoutError:
-            return b""
-        return bytes(data)
-
-    def _write_blocking(self, data: bytes) -> None:
-        with self._write_lock:
-            for start in range(0, len(data), USB_PACKET):
-                self._device.write(USB_EP_OUT, data[start:start + USB_PACKET], timeout=1000)
-
-    def _close_blocking(self) -> None:
-        import usb.util
-
-        if self._device is not None:
-            with contextlib.suppress(Exception):
-                usb.util.release_interface(self._device, USB_INTERFACE)
-            usb.util.dispose_resources(self._device)
-
-
 def _serial(device: Any) -> Transport:
     return SerialTransport(device.port, device.baudrate)
 
 
 def _usb(device: Any) -> Transport:
+    from shoed.device.usb import UsbTransport  # pyusb's code only for a USB shoe
+
     return UsbTransport(device.vid, device.pid)
 
 

@@ -806,7 +806,7 @@ async def _demo(args: argparse.Namespace) -> int:
         shoe.script.wait_for_betting = args.betting == "commands"
         transport_factory = None
         if args.usb:
-            from shoed.device.transports import UsbTransport
+            from shoed.device.usb import UsbTransport
 
             from .usb import SimulatedUsbBackend
 
