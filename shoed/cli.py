@@ -262,6 +262,17 @@ def table_id(text: str) -> str:
     return text
 
 
+def broker_urls(text: str) -> str:
+    """One broker URL, or several comma-separated, as mqtt.url takes them (not empty)."""
+    from .mqtt.brokers import BrokerList, split_urls
+
+    try:
+        BrokerList.of(split_urls(text))
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return text
+
+
 def table_ids(text: str) -> str:
     """A comma-separated list of table ids (each as :func:`table_id` takes it), at least
     one, none twice (an empty `$TABLES` must not mean every table)."""
@@ -371,11 +382,11 @@ def build_parser() -> argparse.ArgumentParser:
                       help="how long the simulated game server keeps betting open")
     demo.add_argument("--duration", type=SECONDS, default=0,
                       help="stop after N seconds (0 = run until Ctrl-C)")
-    demo.add_argument("--broker", metavar="URL",
+    demo.add_argument("--broker", metavar="URL", type=broker_urls,
                       help="use the broker at this mqtt:// URL (default: the config's)")
     demo.add_argument("--own-broker", action="store_true",
                       help="start the demo's own mosquitto even if a broker answers")
-    demo.add_argument("--table", metavar="ID",
+    demo.add_argument("--table", metavar="ID", type=table_id,
                       help="table id (default: DEMO, or the first free DEMOn on a shared "
                            "broker)")
     demo.add_argument("--no-supervisor", action="store_true",

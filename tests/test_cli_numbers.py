@@ -87,6 +87,22 @@ def test_feed_and_board_options_are_checked(argv: list[str], named: str,
     assert named in err and "Traceback" not in err, err
 
 
+@pytest.mark.parametrize(("option", "value", "said"), [
+    # Empty, they were taken as not given: the config's broker, the table DEMO.
+    ("--broker", "", "'' is not a broker URL: expected mqtt://HOST[:PORT]"),
+    ("--broker", "mqtt://a,mqtt://a:1883", "entry 2 ('mqtt://a:1883') names a broker listed"),
+    ("--broker", "http://x", "'http://x': the scheme must be mqtt:// or mqtts://"),
+    ("--table", "", "expected a table id of letters, digits and _.- (at most 64), got ''"),
+    ("--table", "a/b", "expected a table id"),
+])
+def test_the_demo_refuses_an_empty_or_unusable_broker_or_table(
+        capsys: pytest.CaptureFixture[str], option: str, value: str, said: str) -> None:
+    with pytest.raises(SystemExit) as leaving:  # parsed only: no demo runs, whatever comes
+        build_parser().parse_args(["demo", option, value])
+    assert leaving.value.code == 2
+    assert f"argument {option}: {said}" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(("argv", "named"), [
     (["tail", "--table", "T01", "--url", "http://x:1"], "shoed tail: --url: "),
     (["tail", "--table", "T01", "--url", "mqtt://h:99999"], "shoed tail: --url: "),
@@ -107,6 +123,11 @@ def test_feed_and_board_options_are_checked(argv: list[str], named: str,
     (["simulate", "--port", "/dev/nonexistent"], "shoed simulate: "),
     (["simulate", "--link", "/nonexistent/dir/x"], "shoed simulate: "),
     (["simulate", "--record", "/nonexistent/r.txt"], "shoed simulate: "),
+    # A ValueError of pyserial's was a traceback; the forms are device.port's.
+    (["simulate", "--port", "foo://x"], "shoed simulate: --port: 'foo://x' has an unknown "
+                                        "scheme 'foo://'; expected a device path"),
+    (["simulate", "--port", "socket://h"], "shoed simulate: --port: 'socket://h' is not "
+                                           "socket://HOST:PORT"),
 ])
 def test_a_client_or_test_tool_option_that_cannot_be_used_is_one_line(
         capsys: pytest.CaptureFixture[str], argv: list[str], named: str) -> None:

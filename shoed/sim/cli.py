@@ -36,7 +36,10 @@ def build_shoe(args: argparse.Namespace, now: float, default_pace: float = 1.0
 async def _serve_port(shoe: SimulatedShoe, port: str) -> None:
     import serial
 
-    device = serial.serial_for_url(port, baudrate=115200, timeout=0)
+    try:
+        device = serial.serial_for_url(port, baudrate=115200, timeout=0)
+    except ValueError as error:  # a URL pyserial cannot read: said as a port it cannot open
+        raise OSError(f"--port {port!r}: {error}") from None
     loop = asyncio.get_running_loop()
     while True:
         data = device.read(4096)
@@ -74,6 +77,12 @@ async def _main(args: argparse.Namespace) -> None:
 
 
 def simulate(args: argparse.Namespace) -> int:
+    from shoed.device.transports import SERIAL_PORT_FORMS, serial_port_problem
+
+    if args.port is not None and (problem := serial_port_problem(args.port)):
+        print(f"shoed simulate: --port: {args.port!r} {problem}; expected {SERIAL_PORT_FORMS}",
+              file=sys.stderr)
+        return 2
     try:
         with contextlib.suppress(KeyboardInterrupt):
             asyncio.run(_main(args))
