@@ -131,7 +131,8 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
             return 2
         table_type = table_type or rules.table_type
         decks = rules.decks if decks is None else decks
-        table = rules.model_copy(update={"table_type": table_type}).paytable()
+        table = rules.model_copy(update={"table_type": table_type}).paytable(
+            disabled=args.side_bets is not None)
     table_type = table_type or "commission"
     decks = 8 if decks is None else decks
     side_bets: list[str] | None = None

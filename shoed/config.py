@@ -307,7 +307,9 @@ class RulesSection(Section):
     payouts: PayoutsSection = Field(default_factory=PayoutsSection)
     side_bets: SideBetsSection = Field(default_factory=SideBetsSection)
 
-    def paytable(self) -> PayTable:
+    def paytable(self, disabled: bool = False) -> PayTable:
+        """The pay table; `disabled`: with the side bets `enabled = false` keeps aside
+        (`analyze --side-bets NAME` analyses a bet at its configured figures)."""
         figures = self.payouts.model_dump(exclude_none=True)
         table = PayTable.default(self.table_type, **figures)
         offered: list[SideBet] = []
@@ -316,7 +318,7 @@ class RulesSection(Section):
             if section is None:
                 if self.table_type == "ez" and bet in EZ_SIDE_BETS:
                     offered.append(SideBet.preset(bet))  # an EZ table's own side bets
-            elif section.enabled:
+            elif section.enabled or disabled:
                 offered.append(SideBet.preset(bet, section.preset, section.figures()))
         return dataclasses.replace(table, side_bets=tuple(offered))
 

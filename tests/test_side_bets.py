@@ -306,6 +306,20 @@ def test_analyze_reads_a_config_without_its_secret_files(
         load_settings(path)
 
 
+def test_analyze_names_a_disabled_bet_at_its_configured_figures(
+        tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--side-bets lucky6` on a config whose lucky6 is `enabled = false` analysed the
+    preset's figures (12/20), not the configured ones, though the README says "at its
+    configured figures"; without --side-bets a disabled bet stays out."""
+    path = write(tmp_path, "[rules.side_bets.lucky6]\nenabled = false\npreset = '12/23'\n"
+                           "two_cards = 11\n")
+    named = run_json(capsys, "--config", str(path), "--side-bets", "lucky6")
+    assert named["side_bets"]["lucky6"] == {"two_cards": 11.0, "three_cards": 23.0}
+    assert "lucky6" not in run_json(capsys, "--config", str(path))["house_edge"]
+    every = run_json(capsys, "--config", str(path), "--side-bets", "all")
+    assert every["side_bets"]["lucky6"] == {"two_cards": 11.0, "three_cards": 23.0}
+
+
 def test_config_without_side_bets_offers_none_except_ez() -> None:
     rules = load_settings(None).rules
     assert rules.paytable().side_bets == ()
