@@ -16,6 +16,11 @@ from . import __version__
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from .aio import exit_past_hung_device_calls
+    return exit_past_hung_device_calls(_run_daemon(args))
+
+
+def _run_daemon(args: argparse.Namespace) -> int:
     from . import logs
     from .aio import loop_factory
     from .config import ConfigError, check_device_port, load_settings
