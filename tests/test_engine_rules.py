@@ -597,6 +597,27 @@ def test_a_pull_replayed_after_a_hold_that_completes_a_hand_leaves_its_surplus()
         [(1, "player"), (2, "player")], "shoe_voided", [(13, "burn"), (14, "unnecessary")])
 
 
+def test_a_cut_card_held_back_mid_hand_makes_it_the_last_once_the_hold_ends() -> None:
+    """Found by the metamorphic test below (CI, 2026-12-08): hand 2's P1 unread, the dealer
+    deals on (B1, P2, B2, P3 and the cut card in one pull), then the entry. Read, the cut
+    card made hand 2 the last at once; held, `last_hand` waited for hand 2's result,
+    though the hold was over and the cut card's place among hand 2's own cards known."""
+    def deal(table: Table, p1: str) -> None:
+        for pull in (["AS"], ["2S"], ["4S"], ["3S", "6H"], ["6S", "7S", "8S"],
+                     [p1, "TS", "5H"], ["QS", "KS", CUT]):
+            table.draw(*pull)
+    read, held = ready("none"), ready("none")
+    deal(read, "5D")
+    deal(held, UNREAD)
+    assert [e.hand_no for e in held.of("last_hand")] == []  # held: its place not known yet
+    assert held.cmd("manual_card", card_index=11, card="5D").ok
+    for table in (read, held):
+        assert [(e.hand_no, e.reason) for e in table.of("last_hand")] == [(2, "cut_card")]
+        assert table.state["shoe_state"] == "dealing"
+    assert {e.card_index: (e.position, e.hand_no) for e in held.of("card")} == {
+        e.card_index: (e.position, e.hand_no) for e in read.of("card")}
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.permutations(ALL_CARDS), st.lists(st.integers(1, 3), min_size=6, max_size=25),
        st.data())

@@ -1138,6 +1138,13 @@ class Engine:
             self._sync_hand(hand)
             if hand.in_progress and hand_complete(hand) and not active_holds(self._state.shoe):
                 self._resolve(hand)
+            elif hand.cut_at is not None and hand.in_progress and not active_holds(shoe) \
+                    and None not in positions(hand)[:hand.cut_at]:
+                # A cut card held back (_cut_card_acts) with the hold over and every card
+                # before it this unfinished hand's own: it came during this hand, which is
+                # the last now, as it was when read (rule 9; decisions.md 226).
+                hand.cut_at = None
+                self._last_hand("cut_card")
 
     def _advance_commencement(self) -> None:
         shoe = self._state.shoe
