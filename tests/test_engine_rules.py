@@ -598,10 +598,11 @@ def test_a_pull_replayed_after_a_hold_that_completes_a_hand_leaves_its_surplus()
 
 
 def test_a_cut_card_held_back_mid_hand_makes_it_the_last_once_the_hold_ends() -> None:
-    """Found by the metamorphic test below (CI, 2026-12-08): hand 2's P1 unread, the dealer
-    deals on (B1, P2, B2, P3 and the cut card in one pull), then the entry. Read, the cut
-    card made hand 2 the last at once; held, `last_hand` waited for hand 2's result,
-    though the hold was over and the cut card's place among hand 2's own cards known."""
+    """Found by the metamorphic test below (CI, 2026-12-08): hand 2's P1 unread (B1, P2 in
+    its pull), the dealer deals on (B2, P3 and the cut card in one pull), then the entry.
+    Read, the cut card made hand 2 the last at once; held, `last_hand` waited for hand 2's
+    result, though the hold was over and the cut card's place among hand 2's own cards
+    known."""
     def deal(table: Table, p1: str) -> None:
         for pull in (["AS"], ["2S"], ["4S"], ["3S", "6H"], ["6S", "7S", "8S"],
                      [p1, "TS", "5H"], ["QS", "KS", CUT]):
