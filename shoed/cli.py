@@ -280,16 +280,15 @@ def broker_urls(text: str) -> str:
 
 
 def table_ids(text: str) -> str:
-    """A comma-separated list of table ids (each as :func:`table_id` takes it), at least
-    one, none twice (an empty `$TABLES` must not mean every table)."""
+    """A comma-separated list of table ids, as console.tables takes them, at least one (an
+    empty `$TABLES` must not mean every table)."""
+    from .config import tables_problem
+
     items = [item.strip() for item in text.split(",") if item.strip()]
     if not items:
         raise argparse.ArgumentTypeError(f"expected at least one table id, got {text!r}")
-    for item in items:
-        table_id(item)
-    if len(set(items)) < len(items):
-        twice = sorted({item for item in items if items.count(item) > 1})
-        raise argparse.ArgumentTypeError(f"a table id given twice: {', '.join(twice)}")
+    if problem := tables_problem(items):
+        raise argparse.ArgumentTypeError(problem)
     return text
 
 

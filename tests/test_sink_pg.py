@@ -475,7 +475,7 @@ def test_sink_options_name_what_is_wrong(pg: str) -> None:
     for args, says in [
             (("--postgres", pg, "--tables", ""), "--tables: expected at least one table id"),
             (("--postgres", pg, "--tables", " , "), "--tables: expected at least one"),
-            (("--postgres", pg, "--tables", "T1,T1"), "a table id given twice: T1"),
+            (("--postgres", pg, "--tables", "T1,T1"), "a table is listed twice: T1"),
             (("--postgres", pg, "--tables", "T1", "--group", "g"), "not allowed with"),
             (("--postgres", "not a url"), "--postgres: missing \"=\""),
     ]:
