@@ -107,7 +107,7 @@ def _event_def(schema: dict[str, Any]) -> None:
 
 
 #: A command's text: no control characters but tab and line breaks (decisions.md 223).
-TEXT_PATTERN = "^[^\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f\\u007f-\\u009f]*$"
+TEXT_PATTERN = f"^[^{core_commands.CONTROL_CLASS}]*$"
 
 
 def _command_def(schema: dict[str, Any]) -> None:

@@ -53,8 +53,11 @@ DEFAULT_LIMITS = ParseLimits()
 
 #: C0 controls but tab, line feed and carriage return; DEL; C1 controls. A NUL in an
 #: operator's name reached the journal and stopped a PostgreSQL sink (jsonb refuses it),
-#: and none of them belongs in a name, a reason or an id (decisions.md 223).
-CONTROL_CHARACTERS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+#: and none of them belongs in a name, a reason or an id (decisions.md 223). Written in
+#: escapes that Python's re and a JSON Schema pattern (ECMA-262) both read: the published
+#: schema's `pattern` for command text is built from it.
+CONTROL_CLASS = r"\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f-\u009f"
+CONTROL_CHARACTERS = re.compile(f"[{CONTROL_CLASS}]")
 
 
 def _no_control_characters(value: str) -> str:
