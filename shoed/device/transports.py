@@ -221,8 +221,13 @@ class _ThreadedTransport:
             self._write_failed(error)
 
     def _write_failed(self, error: BaseException) -> None:
+        self.drop(f"write failed: {error}")
+
+    def drop(self, reason: str) -> None:
+        """End the line from the loop's side (a failed write, a refused USB device):
+        serve() sees it lost."""
         if self._lost is None:
-            self._lost = TransportLost(f"{self.description}: write failed: {error}")
+            self._lost = TransportLost(f"{self.description}: {reason}")
             self._queue.put_nowait(self._lost)
 
     async def close(self) -> None:

@@ -67,12 +67,6 @@ class UsbTransport(_ThreadedTransport):
         self.refused.add(_usb_place(self._device))
         return any(place not in self.refused for place in self._plugged)
 
-    def drop(self, reason: str) -> None:
-        """End the line from the loop's side: serve() sees it lost."""
-        if self._lost is None:
-            self._lost = TransportLost(f"{self.description}: {reason}")
-            self._queue.put_nowait(self._lost)
-
     def _read_blocking(self) -> bytes:
         import usb.core
 
